@@ -93,31 +93,32 @@ def graphs_per_shape(with_eval: bool) -> int:
 
 
 def compile_plan_from(
-    *, compile_blocks: bool, lengths: tuple[int, ...] | None, with_eval: bool, num_blocks: int = 1
+    *, compile_blocks: bool, num_shapes: int | None, with_eval: bool, num_blocks: int = 1
 ) -> CompilePlan:
-    """The compile plan for static `lengths` (None = dynamic) and whether evaluation runs."""
+    """The compile plan for `num_shapes` static lengths (None = dynamic) and evaluation on/off."""
     if not compile_blocks:
         return CompilePlan(False, None, 0, 0, 0, None, None)
-    if lengths is None:
+    if not num_shapes:
         return CompilePlan(True, None, 0, 0, 0, None, None)
     per_shape = graphs_per_shape(with_eval)
-    per_block = per_shape * len(lengths)
+    per_block = per_shape * num_shapes
     # The limit is counted per code object, so all blocks of one class share it: the count per
     # block is the count per code object.
     limit = per_block + RECOMPILE_SLACK
     # The accumulated limit bounds all recompiles of all frames together; every block frame plus
     # helper frames may each hold `limit` entries.
     accumulated = max(256, limit * (num_blocks + 2))
-    return CompilePlan(True, False, len(lengths), per_shape, per_block, limit, accumulated)
+    return CompilePlan(True, False, num_shapes, per_shape, per_block, limit, accumulated)
 
 
 def compile_plan(config: Config, *, with_eval: bool | None = None) -> CompilePlan:
     """The compile plan of a run; evaluation counts when eval data is configured."""
     if with_eval is None:
         with_eval = bool(config.data.eval_paths)
+    lengths = static_lengths(config)
     return compile_plan_from(
         compile_blocks=config.training.compile_blocks,
-        lengths=static_lengths(config),
+        num_shapes=len(lengths) if lengths else None,
         with_eval=with_eval,
         num_blocks=config.model.num_draft_layers,
     )
