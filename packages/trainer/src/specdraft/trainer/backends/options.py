@@ -1,0 +1,64 @@
+"""The backend contract: one frozen options object, built once per run from the config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from specdraft.config import CompilePlan, Config, compile_plan_from, static_lengths
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """Everything a backend's `prepare` needs, and nothing else."""
+
+    backend: Literal["fsdp1", "fsdp2"]
+    device: torch.device
+    param_dtype: torch.dtype  # compute dtype of gathered parameters
+    reduce_dtype: torch.dtype = torch.float32  # gradients are always reduced in fp32
+    reshard_after_forward: bool = True
+    compile_blocks: bool = False
+    # Number of static shapes the compiled blocks will see; set only when compile_blocks is on
+    # (bucket padding alone needs nothing from the backend). 0 = dynamic lengths.
+    compile_shape_buckets: int = 0
+    compile_with_eval: bool = False
+    fp8_linear: bool = False
+
+    def compile_plan(self, num_blocks: int) -> CompilePlan:
+        """The compile plan these options imply for a draft with `num_blocks` blocks."""
+        return compile_plan_from(
+            compile_blocks=self.compile_blocks,
+            num_shapes=self.compile_shape_buckets or None,
+            with_eval=self.compile_with_eval,
+            num_blocks=num_blocks,
+        )
+
+
+def resolve_param_dtype(mixed_precision: str, device: torch.device) -> torch.dtype:
+    """'auto' computes in bf16 on CUDA and fp32 on CPU (bf16 matmuls are slow on CPUs)."""
+    if mixed_precision == "bf16" or (mixed_precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return torch.float32
+
+
+def backend_options_from_config(
+    config: Config, device: torch.device, *, with_eval: bool | None = None
+) -> BackendOptions:
+    """The run assembly's one place that turns the config into BackendOptions."""
+    training = config.training
+    lengths = static_lengths(config)  # effective buckets, (max_length,), or None
+    if with_eval is None:
+        with_eval = bool(config.data.eval_paths)
+    return BackendOptions(
+        backend=training.backend,
+        device=device,
+        param_dtype=resolve_param_dtype(training.mixed_precision, device),
+        reshard_after_forward=training.reshard_after_forward,
+        compile_blocks=training.compile_blocks,
+        # Passed only with compile_blocks: uncompiled bucket padding works on either backend.
+        compile_shape_buckets=len(lengths) if (training.compile_blocks and lengths) else 0,
+        compile_with_eval=with_eval,
+        fp8_linear=training.fp8_linear,
+    )

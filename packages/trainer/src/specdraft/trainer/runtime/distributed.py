@@ -1,0 +1,82 @@
+"""Initialise torch.distributed for a trainer rank: gloo on CPU, NCCL on CUDA, or a lone rank."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Who this process is in the trainer group, and which device it computes on."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        """True on global rank 0 (the one that writes shared files and logs)."""
+        return self.rank == 0
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (for a single-process group or a launcher)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def pick_device(local_rank: int) -> torch.device:
+    """CUDA device `local_rank` when CUDA is available, else the CPU."""
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def init_distributed(timeout_s: float = 1800.0) -> DistContext:
+    """Join the process group named by the environment (torchrun / our launcher), or make one.
+
+    A lone process still gets a one-rank group, so FSDP and every collective run the same code
+    path with one rank as with many.
+    """
+    if not dist.is_initialized():
+        if "RANK" not in os.environ:
+            os.environ.update(
+                RANK="0",
+                WORLD_SIZE="1",
+                LOCAL_RANK="0",
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(free_port()),
+            )
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        device = pick_device(local_rank)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(
+            backend=backend,
+            timeout=dt.timedelta(seconds=timeout_s),
+            device_id=device if device.type == "cuda" else None,
+        )
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = pick_device(local_rank)
+    return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, device)
+
+
+def shutdown_distributed() -> None:
+    """Destroy the process group if one is up."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum a tensor over all ranks (in place) and return it."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor

@@ -1,0 +1,1 @@
+"""The training loop and what surrounds it: schedule, checkpoints, metrics."""

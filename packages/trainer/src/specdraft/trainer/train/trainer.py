@@ -1,0 +1,419 @@
+"""Trainer.fit: the optimisation loop shared by every mode (local, offline features, disaggregated).
+
+The loss is the exact token-weighted mean over an optimizer window: each micro-batch returns a
+(numerator, denominator) pair; the numerators are back-propagated unscaled, the denominators are
+summed over the window and the ranks, and the gradients are divided by that global sum once, before
+clipping. The result equals one big batch, whatever the accumulation and world size.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from ..backends import compiled_graph_count, forbid_recompiles, gradient_sync
+from ..runtime import DistContext, all_reduce_sum
+from .checkpoint import LoadedCheckpoint, save_checkpoint
+from .metrics import MetricsWriter, PerfClock, peak_memory_mb
+
+log = logging.getLogger(__name__)
+
+
+class BatchSource(Protocol):
+    """Micro-batches for this rank, epoch by epoch, resumable at any optimizer window."""
+
+    def micro_batches_per_epoch(self) -> int:
+        """Micro-batches per rank per epoch (a multiple of grad_accum_steps)."""
+
+    def windows(self, epoch: int, start_window: int) -> Iterator[list[Mapping[str, Any]]]:
+        """Yield this rank's optimizer windows (lists of collated batches) from `start_window`."""
+
+    def warmup_batches(self) -> list[Mapping[str, Any]]:
+        """One dummy batch per static length (empty when lengths are dynamic)."""
+
+    def acknowledge(self, epoch: int, window: int) -> None:
+        """Tell the data side that a window was trained (disaggregated runs free its features)."""
+
+
+@dataclass
+class TrainSettings:
+    """The narrow slice of the config the loop needs."""
+
+    grad_accum_steps: int
+    num_epochs: int
+    max_steps: int | None
+    max_grad_norm: float
+    log_interval: int
+    save_interval: int
+    eval_interval: int
+    micro_batch_size: int
+    fail_on_recompile: bool = False
+    compile_blocks: bool = False
+    progress_bar: bool = True
+
+
+@dataclass
+class StepRecord:
+    """What one optimizer step measured (kept for the result and for benchmarks)."""
+
+    step: int
+    loss: float
+    samples: int
+    train_compute_ms: float
+    data_wait_ms: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class FitResult:
+    """The outcome of Trainer.fit."""
+
+    final_step: int
+    history: list[StepRecord]
+    evals: list[dict[str, Any]]
+    compile_graphs: int
+    recompiles_after_warmup: int
+    last_checkpoint: Path | None
+
+
+def _sum_metrics(acc: dict[str, torch.Tensor], metrics: Mapping[str, torch.Tensor]) -> None:
+    for key, value in metrics.items():
+        value = value.detach().float()
+        acc[key] = acc[key] + value if key in acc else value.clone()
+
+
+class Trainer:
+    """Runs the optimisation loop on a prepared (sharded, maybe compiled) draft."""
+
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        head: nn.Module,
+        spec: Any,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        source: BatchSource,
+        settings: TrainSettings,
+        ctx: DistContext,
+        output_dir: Path,
+        writer: MetricsWriter,
+        fingerprint: dict[str, Any],
+        evaluate: Callable[[nn.Module], dict[str, Any]] | None = None,
+        spec_for_epoch: Callable[[Any, int], Any] | None = None,
+        draft_config: Any | None = None,
+        extra_metrics: Callable[[], dict[str, float]] | None = None,
+    ) -> None:
+        self.model = model
+        self.head = head
+        self.spec = spec
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.source = source
+        self.settings = settings
+        self.ctx = ctx
+        self.output_dir = output_dir
+        self.writer = writer
+        self.fingerprint = fingerprint
+        self.evaluate = evaluate
+        self.spec_for_epoch = spec_for_epoch or (lambda spec, epoch: spec)
+        self.draft_config = draft_config
+        self.extra_metrics = extra_metrics
+        self.step = 0
+        self.epoch = 0
+        self.window = 0  # next optimizer window inside the epoch
+        self.graphs_after_warmup = 0
+
+    # ------------------------------------------------------------------ plan
+
+    def windows_per_epoch(self) -> int:
+        """Optimizer steps per epoch on this rank (the same on every rank)."""
+        return self.source.micro_batches_per_epoch() // self.settings.grad_accum_steps
+
+    def total_steps(self) -> int:
+        """Optimizer steps the run will take."""
+        total = self.windows_per_epoch() * self.settings.num_epochs
+        if self.settings.max_steps is not None:
+            total = min(total, self.settings.max_steps)
+        return total
+
+    # ---------------------------------------------------------------- resume
+
+    def restore(self, loaded: LoadedCheckpoint) -> None:
+        """Continue from a loaded checkpoint's step, epoch and data position."""
+        state = loaded.state
+        self.step = int(state["step"])
+        self.epoch = int(state["epoch"])
+        self.window = int(state["window"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.ctx.is_main:
+            log.info("resumed from %s at step %d (epoch %d)", loaded.path, self.step, self.epoch)
+
+    def trainer_state(self) -> dict[str, Any]:
+        """Everything besides weights and optimizer that an exact resume needs."""
+        return {
+            "epoch": self.epoch,
+            "window": self.window,
+            "scheduler": self.scheduler.state_dict(),
+            "fingerprint": self.fingerprint,
+        }
+
+    # ---------------------------------------------------------------- warmup
+
+    def warmup(self) -> None:
+        """Pre-warm every static length: one forward/backward (and eval forward), no step.
+
+        So no compile lands inside training: each shape's graphs (grad and no-grad block input,
+        plus the no-grad evaluation forward) are built here, on dummy data with no loss weight.
+        """
+        batches = self.source.warmup_batches()
+        if not self.settings.compile_blocks or not batches:
+            self.graphs_after_warmup = compiled_graph_count()
+            return
+        start = time.perf_counter()
+        spec = self.spec_for_epoch(self.spec, self.epoch)
+        for batch in batches:
+            out = self.model(batch, head=self.head, spec=spec)
+            out.numerator.backward()
+            if self.evaluate is not None and hasattr(self.model, "warmup_eval"):
+                with torch.no_grad():
+                    self.model.warmup_eval(batch, head=self.head, spec=spec)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.graphs_after_warmup = compiled_graph_count()
+        if self.ctx.is_main:
+            log.info(
+                "pre-warmed %d static length(s) in %.1f s: %d graphs compiled",
+                len(batches),
+                time.perf_counter() - start,
+                self.graphs_after_warmup,
+            )
+
+    # ------------------------------------------------------------------ step
+
+    def _train_window(
+        self, window: list[Mapping[str, Any]], spec: Any, clock: PerfClock
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+        """Forward/backward every micro-batch of a window; return summed (num, den), metrics."""
+        device = self.ctx.device
+        numerator = torch.zeros((), device=device)
+        denominator = torch.zeros((), device=device)
+        sums: dict[str, torch.Tensor] = {}
+        samples = 0
+        last = len(window) - 1
+        for index, batch in enumerate(window):
+            with clock.train_compute(), gradient_sync(self.model, index == last):
+                out = self.model(batch, head=self.head, spec=spec)
+                out.numerator.backward()
+            numerator += out.numerator.detach().float()
+            denominator += out.denominator.detach().float()
+            _sum_metrics(sums, out.metrics)
+            samples += int(batch.get("num_real", batch["input_ids"].shape[0]))
+        return torch.stack([numerator, denominator]), sums, samples
+
+    def _optimizer_step(self, global_den: torch.Tensor) -> torch.Tensor:
+        """Scale gradients to the exact token-weighted mean, clip, and step."""
+        # FSDP averaged the gradients over ranks; the exact mean divides the rank sum by the
+        # global weight sum instead: multiply by world / global_den.
+        den = float(global_den)
+        factor = self.ctx.world_size / den if den > 0 else 0.0
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        for param in params:
+            param.grad.mul_(factor)
+        if self.settings.max_grad_norm > 0:
+            if hasattr(self.model, "clip_grad_norm_"):  # FSDP1 knows its shards
+                norm = self.model.clip_grad_norm_(self.settings.max_grad_norm)
+            else:
+                norm = torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm)
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(params, float("inf"))
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        if den > 0:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm.detach().float()
+
+    # ------------------------------------------------------------------- fit
+
+    def fit(self) -> FitResult:
+        """Train until the epochs or max_steps are done; checkpoint, evaluate and log on the way."""
+        settings = self.settings
+        total = self.total_steps()
+        self.model.train()
+        self.warmup()
+        history: list[StepRecord] = []
+        evals: list[dict[str, Any]] = []
+        last_ckpt: Path | None = None
+        clock = PerfClock(self.ctx.device)
+        bar = self._progress_bar(total)
+        step_start = time.perf_counter()
+        done = self.step >= total
+        while not done and self.epoch < settings.num_epochs:
+            spec = self.spec_for_epoch(self.spec, self.epoch)
+            windows = self.source.windows(self.epoch, self.window)
+            while True:
+                with clock.data_wait():
+                    window = next(windows, None)
+                if window is None:
+                    break
+                with forbid_recompiles(settings.fail_on_recompile and settings.compile_blocks):
+                    packed, sums, samples = self._train_window(window, spec, clock)
+                    with clock.train_compute():
+                        names = sorted(sums)
+                        vector = torch.cat([packed] + [sums[k].reshape(-1) for k in names])
+                        all_reduce_sum(vector)
+                        grad_norm = self._optimizer_step(vector[1])
+                self.source.acknowledge(self.epoch, self.window)
+                self.step += 1
+                self.window += 1
+                perf = clock.reset()
+                elapsed = time.perf_counter() - step_start
+                step_start = time.perf_counter()
+                record = self._record(vector, names, sums, samples, perf, grad_norm, elapsed)
+                history.append(record)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(
+                        loss=f"{record.loss:.4f}",
+                        sps=f"{record.metrics['perf/samples_per_s']:.1f}",
+                    )
+                if self.step % settings.log_interval == 0 or self.step == total:
+                    self.writer.write(self.step, {"epoch": self.epoch, **record.metrics})
+                if settings.eval_interval and self.step % settings.eval_interval == 0:
+                    evals.append(self._run_eval())
+                if self.step % settings.save_interval == 0 and self.step < total:
+                    last_ckpt = self.save()
+                if self.step >= total:
+                    done = True
+                    break
+            if not done:
+                self.epoch += 1
+                self.window = 0
+        if bar is not None:
+            bar.close()
+        if self.evaluate is not None and (not evals or evals[-1].get("step") != self.step):
+            evals.append(self._run_eval())
+        last_ckpt = self.save()
+        graphs = compiled_graph_count()
+        return FitResult(
+            final_step=self.step,
+            history=history,
+            evals=evals,
+            compile_graphs=graphs,
+            recompiles_after_warmup=graphs - self.graphs_after_warmup,
+            last_checkpoint=last_ckpt,
+        )
+
+    def save(self) -> Path:
+        """Checkpoint the current step."""
+        return save_checkpoint(
+            self.output_dir,
+            self.step,
+            model=self.model,
+            optimizer=self.optimizer,
+            state=self.trainer_state(),
+            ctx=self.ctx,
+            draft_config=self.draft_config,
+        )
+
+    def _run_eval(self) -> dict[str, Any]:
+        self.model.eval()
+        with torch.no_grad():
+            result = dict(self.evaluate(self.model)) if self.evaluate else {}
+        self.model.train()
+        result["step"] = self.step
+        self.writer.write(self.step, {f"eval/{k}": v for k, v in result.items() if k != "step"})
+        return result
+
+    def _record(
+        self,
+        vector: torch.Tensor,
+        names: list[str],
+        sums: dict[str, torch.Tensor],
+        samples: int,
+        perf: dict[str, float],
+        grad_norm: torch.Tensor,
+        elapsed_s: float,
+    ) -> StepRecord:
+        values = vector.tolist()
+        num, den = values[0], values[1]
+        loss = num / den if den > 0 else 0.0
+        metrics: dict[str, Any] = {
+            "loss": loss,
+            "lr": self.scheduler.get_last_lr()[0],
+            "grad_norm": float(grad_norm),
+            "loss_weight": den,
+        }
+        offset = 2
+        reduced: dict[str, list[float]] = {}
+        for key in names:
+            width = sums[key].numel()
+            reduced[key] = values[offset : offset + width]
+            offset += width
+        metrics.update(_derived_metrics(reduced))
+        global_samples = int(all_reduce_sum(torch.tensor(float(samples))).item())
+        metrics["perf/train_compute_ms"] = perf["train_compute_ms"]
+        metrics["perf/data_wait_ms"] = perf["data_wait_ms"]
+        metrics["perf/step_ms"] = elapsed_s * 1e3
+        metrics["perf/samples_per_s"] = global_samples / elapsed_s if elapsed_s > 0 else 0.0
+        metrics["perf/peak_memory_mb"] = peak_memory_mb(self.ctx.device)
+        if self.settings.compile_blocks:
+            graphs = compiled_graph_count()
+            metrics["compile/graphs"] = graphs
+            metrics["compile/recompiles_after_warmup"] = graphs - self.graphs_after_warmup
+        if self.extra_metrics is not None:
+            metrics.update(self.extra_metrics())
+        return StepRecord(
+            step=self.step,
+            loss=loss,
+            samples=global_samples,
+            train_compute_ms=perf["train_compute_ms"],
+            data_wait_ms=perf["data_wait_ms"],
+            metrics=metrics,
+        )
+
+    def _progress_bar(self, total: int) -> Any:
+        if not (self.settings.progress_bar and self.ctx.is_main):
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, initial=self.step, desc="train", unit="step", dynamic_ncols=True)
+
+
+def _derived_metrics(reduced: dict[str, list[float]]) -> dict[str, Any]:
+    """Turn all-reduced sums into rates: accuracy, per-position accuracy, other ratios.
+
+    A metric `x` with a matching `x_count` (or the shared `count`) becomes x / count; per-position
+    vectors become lists. Sums with no count are reported as they are.
+    """
+    out: dict[str, Any] = {}
+    for key, values in reduced.items():
+        if key.endswith("count"):
+            continue
+        count_key = f"{key}_count" if f"{key}_count" in reduced else None
+        if count_key is None and key.endswith("_per_pos") and "count_per_pos" in reduced:
+            count_key = "count_per_pos"
+        if count_key is None and "count" in reduced and len(values) == 1:
+            count_key = "count"
+        if count_key is None:
+            out[key] = values[0] if len(values) == 1 else values
+            continue
+        counts = reduced[count_key]
+        rates = [v / c if c > 0 else 0.0 for v, c in zip(values, counts, strict=True)]
+        out[key] = rates[0] if len(rates) == 1 else rates
+    return out
+
+
+def median_step_ms(history: list[StepRecord], last: int) -> float:
+    """Median train compute of the last `last` steps (benchmarks' steady step time)."""
+    window = history[-last:] if last else history
+    return statistics.median(r.train_compute_ms for r in window) if window else 0.0
