@@ -7,5 +7,8 @@ import click
 
 def all_commands() -> list[click.Command]:
     """Every subcommand, imported lazily so `--help` and `lint` never import torch."""
-    commands: list[click.Command] = []
+    from .config_cmd import config
+    from .lint_cmd import lint
+
+    commands: list[click.Command] = [lint, config]
     return commands

@@ -1,0 +1,138 @@
+"""The linter's code table: one stable code per kind of finding.
+
+Codes never change meaning once released, so users can grep for them and tools can key on them.
+Ranges: SD0xx the file itself (I/O, TOML syntax), SD1xx the schema (unknown, missing, wrong type
+or value), SD2xx shape buckets, static shapes, compile and fp8, SD3xx the model and its target,
+SD4xx deployment. A schema rule error type (`schema.RULE_TYPES`) or a pydantic error type maps to
+exactly one code through `code_for`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Severity = Literal["error", "warning", "note"]
+
+
+@dataclass(frozen=True)
+class Code:
+    """One lint code: what it is called, how bad it is, and which error types it covers."""
+
+    code: str
+    name: str
+    severity: Severity
+    summary: str
+    # Error types (schema rule types or pydantic types) reported under this code.
+    types: tuple[str, ...] = ()
+    # The file could not be checked at all (unreadable, not TOML): exit status 2, not 1.
+    fatal: bool = False
+
+
+CODES: tuple[Code, ...] = (
+    # ---- the file
+    Code("SD001", "toml-syntax", "error", "The file is not valid TOML.", fatal=True),
+    Code("SD002", "io", "error", "The file cannot be read (missing, a folder, not UTF-8).",
+         fatal=True),
+    Code("SD003", "internal", "error", "The linter failed on this file (please report it).",
+         fatal=True),
+    Code("SD004", "bad-override", "error", "A --set override is not of the form key.path=value.",
+         fatal=True),
+    # ---- the schema
+    Code("SD101", "unknown-key", "error", "A key the schema does not know (did you mean ...?).",
+         ("extra_forbidden",)),
+    Code("SD102", "missing-key", "error", "A required key is missing.", ("missing",)),
+    Code("SD103", "wrong-type", "error", "A value has the wrong type."),
+    Code("SD104", "not-allowed", "error", "A value is not one of the allowed choices.",
+         ("literal_error", "enum")),
+    Code("SD105", "out-of-range", "error", "A number is outside its allowed range.",
+         ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of",
+          "finite_number")),
+    Code("SD106", "bad-length", "error", "A list or string is too short or too long.",
+         ("too_short", "too_long", "string_too_short", "string_too_long")),
+    Code("SD107", "bad-pattern", "error", "A string does not match its required pattern.",
+         ("string_pattern_mismatch",)),
+    Code("SD199", "invalid", "error", "Any other schema error."),
+    # ---- shape buckets, static shapes, compile, fp8
+    Code("SD201", "bucket-not-multiple", "error",
+         "A shape bucket is not a positive multiple of 128.", ("bucket_not_multiple",)),
+    Code("SD202", "bucket-not-increasing", "error",
+         "Shape buckets are not strictly increasing.", ("bucket_not_increasing",)),
+    Code("SD203", "buckets-without-static", "error",
+         "static_shape_buckets is set but static_shapes is off.", ("buckets_without_static",)),
+    Code("SD204", "bucket-above-max-length", "error",
+         "A shape bucket is above data.max_length.", ("bucket_above_max_length",)),
+    Code("SD205", "max-length-not-multiple", "error",
+         "With static_shapes, data.max_length is not a multiple of 128.",
+         ("max_length_not_multiple",)),
+    Code("SD206", "bucket-sync-without-buckets", "error",
+         "data.bucket_synchronized is set without shape buckets.",
+         ("bucket_sync_without_buckets",)),
+    Code("SD207", "recompile-check-without-compile", "error",
+         "fail_on_recompile is set but compile_blocks is off.",
+         ("recompile_check_without_compile",)),
+    Code("SD208", "fp8-needs-fsdp2", "error", "fp8_linear is set with a backend other than fsdp2.",
+         ("fp8_needs_fsdp2",)),
+    Code("SD210", "max-length-appended", "note",
+         "data.max_length is not the last shape bucket, so it is appended."),
+    Code("SD211", "fp8-ragged-lengths", "warning",
+         "fp8_linear without static_shapes: float8 matmuls see ragged token counts."),
+    Code("SD212", "compile-dynamic-shapes", "warning",
+         "compile_blocks without static_shapes: every new sequence length recompiles."),
+    # ---- the model and its target
+    Code("SD301", "layer-id-negative", "error", "A target layer id is negative.",
+         ("layer_id_negative",)),
+    Code("SD302", "layer-id-duplicate", "error", "A target layer id is listed twice.",
+         ("layer_id_duplicate",)),
+    Code("SD303", "selector-gold-policy-missing", "error",
+         "algorithm = 'dflash2' without model.dflash2.selector_gold_policy.",
+         ("selector_gold_policy_missing",)),
+    Code("SD304", "loss-decay-gamma-missing", "error",
+         "No published loss_decay_gamma for the block size, and none is set.",
+         ("loss_decay_gamma_missing",)),
+    Code("SD305", "block-too-small", "error", "model.block_size is below 2.",
+         ("block_too_small",)),
+    Code("SD310", "layer-id-out-of-range", "error",
+         "A target layer id is not a layer of the target model."),
+    Code("SD311", "layer-id-last", "error", "A target layer id is the target's last layer."),
+    Code("SD312", "mask-outside-vocab", "error",
+         "mask_token_id is outside the target's vocabulary."),
+    Code("SD313", "mask-is-pad", "error", "mask_token_id equals the target's pad token id."),
+    Code("SD314", "mask-is-eos", "error",
+         "mask_token_id equals one of the target's eos token ids."),
+    Code("SD315", "target-unreadable", "warning",
+         "The target's config could not be read, so the target checks were skipped."),
+    Code("SD316", "fp8-needs-cuda", "note", "fp8_linear runs only on CUDA GPUs."),
+    Code("SD317", "conv-group-not-divisor", "error",
+         "model.dflash2.conv_group_size does not divide the target's hidden size."),
+    Code("SD319", "unused-algorithm-table", "warning",
+         "Options of the algorithm that is not selected are ignored."),
+    # ---- deployment
+    Code("SD401", "features-with-disaggregated", "error",
+         "Offline feature shards cannot feed the disaggregated mode.",
+         ("features_with_disaggregated",)),
+    Code("SD402", "watermark-below-window", "error",
+         "The backpressure high watermark is smaller than one optimizer window.",
+         ("watermark_below_window",)),
+    Code("SD403", "unused-deployment-table", "warning",
+         "Disaggregated or Mooncake settings that the chosen mode or store ignores."),
+)  # fmt: skip
+
+BY_CODE: dict[str, Code] = {c.code: c for c in CODES}
+_BY_TYPE: dict[str, Code] = {t: c for c in CODES for t in c.types}
+
+
+def code_for(error_type: str) -> Code:
+    """The code that reports a schema rule type or pydantic error type."""
+    if error_type in _BY_TYPE:
+        return _BY_TYPE[error_type]
+    # pydantic's type errors are all named `<type>_type` or `<type>_parsing` (plus a few
+    # conversions such as `int_from_float`).
+    if error_type.endswith(("_type", "_parsing", "_from_float")):
+        return BY_CODE["SD103"]
+    return BY_CODE["SD199"]
+
+
+def get(code: str) -> Code:
+    """The entry of a code such as 'SD201'."""
+    return BY_CODE[code]

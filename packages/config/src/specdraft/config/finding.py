@@ -1,0 +1,68 @@
+"""What the linter reports: a `Problem` (a code at a key path) and a `Finding` (it, positioned)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from .codes import Severity, get
+from .positions import KeyPath, PositionIndex
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A finding before it has a place: its code, the key path it concerns, and the message."""
+
+    code: str
+    key: KeyPath
+    message: str
+    # Point at the key (unknown key, missing key's table) or at its value (wrong value).
+    at: Literal["key", "value"] = "value"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of lint output: `path:line:col: CODE message`."""
+
+    path: str
+    line: int
+    col: int
+    code: str
+    severity: Severity
+    message: str
+    key: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON object of this finding."""
+        return asdict(self)
+
+
+def key_text(path: KeyPath) -> str | None:
+    """Render a key path as users write it: `training.static_shape_buckets[2]`."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or None
+
+
+def display_path(path: str) -> str:
+    """A file name safe to print (undecodable bytes of a file name become U+FFFD)."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def place(problem: Problem, path: str, index: PositionIndex | None) -> Finding:
+    """Give a problem its file, line and column."""
+    line, col = index.locate(problem.key, at=problem.at) if index is not None else (1, 1)
+    entry = get(problem.code)
+    return Finding(
+        path=display_path(path),
+        line=line,
+        col=col,
+        code=entry.code,
+        severity=entry.severity,
+        message=problem.message,
+        key=key_text(problem.key),
+    )

@@ -1,0 +1,207 @@
+"""Soft findings on a valid config: notes and warnings, and the checks that need the target.
+
+Hard rules that need only the config live in `schema.py` as validators (no invalid `Config` can
+exist). The rules here either do not make a config unusable (a note that max_length is appended,
+a warning that compile with dynamic shapes recompiles) or need the target model's files, which
+are read here without torch when the target folder is readable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .buckets import effective_buckets, max_length_appended
+from .finding import Problem
+from .schema import Config
+from .target_info import TargetInfo, TargetUnreadable, read_target_info
+
+_BUCKETS = ("training", "static_shape_buckets")
+
+
+def check_config(
+    config: Config, document: Mapping[str, Any], *, target: str | None = None
+) -> list[Problem]:
+    """Every soft finding of a valid config; `target` overrides model.target for target checks."""
+    problems = shape_problems(config) + unused_table_problems(config, document)
+    info, unreadable = load_target(config, target)
+    if unreadable is not None:
+        problems.append(unreadable)
+    if info is not None:
+        problems += target_problems(config, info)
+    return problems
+
+
+def shape_problems(config: Config) -> list[Problem]:
+    """Notes and warnings about shape buckets, static shapes, compile and fp8."""
+    training, problems = config.training, []
+    if max_length_appended(config):
+        problems.append(
+            Problem(
+                "SD210",
+                _BUCKETS,
+                f"data.max_length ({config.data.max_length}) is not the last shape bucket, so it "
+                f"is appended: effective buckets are {list(effective_buckets(config) or ())}",
+            )
+        )
+    if training.fp8_linear and not training.static_shapes:
+        problems.append(
+            Problem(
+                "SD211",
+                ("training", "fp8_linear"),
+                "fp8_linear without static_shapes: float8 matmuls need token counts that are "
+                "multiples of 16 but will see ragged lengths; set training.static_shapes = true",
+            )
+        )
+    if training.compile_blocks and not training.static_shapes:
+        problems.append(
+            Problem(
+                "SD212",
+                ("training", "compile_blocks"),
+                "compile_blocks with dynamic shapes recompiles each block for every new sequence "
+                "length; set training.static_shapes = true (and static_shape_buckets)",
+            )
+        )
+    if training.fp8_linear:
+        problems.append(
+            Problem(
+                "SD316",
+                ("training", "fp8_linear"),
+                "fp8_linear needs CUDA GPUs with float8 support (torchao Float8Linear); it "
+                "cannot run on CPU",
+            )
+        )
+    return problems
+
+
+def unused_table_problems(config: Config, document: Mapping[str, Any]) -> list[Problem]:
+    """Warn about tables the file sets but the chosen algorithm, mode or store ignores."""
+    problems = []
+    model = _table(document, "model")
+    unused = "dspark" if config.model.algorithm == "dflash2" else "dflash2"
+    if unused in model:
+        problems.append(
+            Problem(
+                "SD319",
+                ("model", unused),
+                f"[model.{unused}] is ignored: model.algorithm = '{config.model.algorithm}'",
+                at="key",
+            )
+        )
+    dis = _table(_table(document, "deployment"), "disaggregated")
+    if dis and config.deployment.mode != "disaggregated":
+        problems.append(
+            Problem(
+                "SD403",
+                ("deployment", "disaggregated"),
+                "[deployment.disaggregated] is ignored: deployment.mode = "
+                f"'{config.deployment.mode}'; set mode = 'disaggregated' or drop the table",
+                at="key",
+            )
+        )
+    elif "mooncake" in dis and config.deployment.disaggregated.store != "mooncake":
+        problems.append(
+            Problem(
+                "SD403",
+                ("deployment", "disaggregated", "mooncake"),
+                "[deployment.disaggregated.mooncake] is ignored: store = "
+                f"'{config.deployment.disaggregated.store}'; set store = 'mooncake' or drop it",
+                at="key",
+            )
+        )
+    return problems
+
+
+def load_target(config: Config, target: str | None) -> tuple[TargetInfo | None, Problem | None]:
+    """The target's facts, if readable; a warning when it was given but cannot be read.
+
+    An explicit `target` (`--target`) must be readable. `model.target` is only read when the
+    folder exists: configs usually name a path on the training cluster, not on the machine that
+    runs pre-commit.
+    """
+    folder = target if target is not None else config.model.target
+    key = ("model", "target")
+    if target is None and not Path(folder).is_dir():
+        return None, None
+    try:
+        return read_target_info(folder), None
+    except TargetUnreadable as exc:
+        return None, Problem(
+            "SD315", key, f"cannot read the target's config ({exc}); target checks skipped"
+        )
+
+
+def target_problems(config: Config, info: TargetInfo) -> list[Problem]:
+    """Layer ids, mask token id and conv group size against the target's own config."""
+    model, problems = config.model, []
+    where = f"the target ({info.folder})"
+    if info.num_layers is not None:
+        last = info.num_layers - 1
+        for i, layer in enumerate(model.target_layer_ids):
+            path = ("model", "target_layer_ids", i)
+            if layer > last:
+                problems.append(
+                    Problem(
+                        "SD310",
+                        path,
+                        f"target layer id {layer} is out of range: {where} has {info.num_layers} "
+                        f"decoder layers, ids 0..{last}",
+                    )
+                )
+            elif layer == last:
+                problems.append(
+                    Problem(
+                        "SD311",
+                        path,
+                        f"target layer id {layer} is the last layer of {where}; the draft needs "
+                        f"intermediate features: pick ids below {last}",
+                    )
+                )
+    mask = model.mask_token_id
+    if info.vocab_size is not None and mask >= info.vocab_size:
+        problems.append(
+            Problem(
+                "SD312",
+                ("model", "mask_token_id"),
+                f"mask_token_id {mask} is outside the vocabulary of {where} (vocab_size "
+                f"{info.vocab_size}); pick an unused id below {info.vocab_size}",
+            )
+        )
+    if mask in info.pad_ids:
+        problems.append(
+            Problem(
+                "SD313",
+                ("model", "mask_token_id"),
+                f"mask_token_id {mask} is the pad token id of {where}; pick an unused id",
+            )
+        )
+    if mask in info.eos_ids:
+        problems.append(
+            Problem(
+                "SD314",
+                ("model", "mask_token_id"),
+                f"mask_token_id {mask} is an eos token id of {where}; pick an unused id",
+            )
+        )
+    group, hidden = model.dflash2.conv_group_size, info.hidden_size or 0
+    if model.algorithm == "dflash2" and hidden > 0 and hidden % group:
+        problems.append(
+            Problem(
+                "SD317",
+                ("model", "dflash2", "conv_group_size"),
+                f"model.dflash2.conv_group_size {group} does not divide the hidden size "
+                f"{hidden} of {where}; try {_divisor_below(hidden, group)}",
+            )
+        )
+    return problems
+
+
+def _table(document: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = document.get(name) if isinstance(document, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
+def _divisor_below(total: int, limit: int) -> int:
+    """The largest divisor of `total` that is at most `limit` (a suggested group size)."""
+    return next(d for d in range(min(limit, total), 0, -1) if total % d == 0)
