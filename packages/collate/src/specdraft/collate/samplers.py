@@ -1,0 +1,321 @@
+"""Micro-batch plans for synchronous data parallelism: random, length-grouped, bucket-synced.
+
+One optimizer step consumes a *window* of `num_replicas x grad_accum_steps` micro-batches: at
+micro-step j every rank runs one micro-batch, and the step ends when the slowest rank is done.
+The plan of an epoch is a pure function of (lengths, seed, epoch, sizes), so every rank computes
+the same plan and takes its own row; no rank ever talks to another about data order.
+
+Every sample appears exactly once per epoch across all ranks. To keep the ranks in lock-step,
+every rank gets the same number of micro-batches (a multiple of grad_accum_steps), so the last
+window may hold empty micro-batches `[]`; the trainer runs them as zero-weight dummies. Only the
+last window of an epoch holds empties in the random and length-grouped modes.
+
+Bucket-synchronised plans (`bucket_synchronized=True`, `pad_to` a bucket tuple) put, at every
+micro-step of every window, micro-batches of one shape bucket on all ranks, so no rank pads to a
+longer bucket than the others. Samples are sorted into their buckets and each bucket's samples are
+cut into micro-batches, `num_replicas` at a time ("rows"). Leftovers are placed as follows:
+
+* a bucket's samples that do not fill a whole row are carried up to the next bucket, where they
+  fill micro-batches next to that bucket's own samples (every micro-batch holds at least one own
+  sample, so it still resolves to that bucket); carried samples pay the larger bucket's padding,
+  which is the price of keeping micro-batches full;
+* the samples still left at the last bucket are cut into micro-batches, longest bucket first;
+  micro-batches that do not fill a row of their bucket form a partial row, padded with `[]`;
+* full rows are shuffled (seeded) and partial rows go to the end of the epoch, followed by
+  all-empty rows up to a whole window.
+
+An empty micro-batch never slows a micro-step down (the trainer should build its dummy at the
+smallest bucket), so it is exempt from the bucket synchronisation.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from .lengths import PadTo, check_pad_to, resolve_static_length
+
+MicroBatch = list[int]
+
+
+def derived_seed(seed: int, epoch: int, purpose: str) -> int:
+    """A 63-bit seed for one purpose of one epoch, the same on every machine and process."""
+    digest = hashlib.sha256(f"specdraft:{purpose}:{seed}:{epoch}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def _shuffled(n: int, seed: int) -> list[int]:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randperm(n, generator=generator).tolist()
+
+
+def random_order(num_samples: int, *, seed: int, epoch: int) -> list[int]:
+    """A seeded permutation of the sample indices for one epoch."""
+    return _shuffled(num_samples, derived_seed(seed, epoch, "order"))
+
+
+def length_grouped_order(
+    lengths: Sequence[int],
+    *,
+    micro_batch_size: int,
+    mega_batch_multiplier: int,
+    seed: int,
+    epoch: int,
+) -> list[int]:
+    """A seeded permutation cut into mega-batches, each sorted by length (longest first)."""
+    order = random_order(len(lengths), seed=seed, epoch=epoch)
+    mega = micro_batch_size * mega_batch_multiplier
+    grouped: list[int] = []
+    for start in range(0, len(order), mega):
+        # Longest first: the first micro-batch of a run is among its largest, so an out-of-memory
+        # shows up on the first step rather than hours in. The sort is stable, so ties keep the
+        # shuffled order.
+        grouped.extend(sorted(order[start : start + mega], key=lambda i: -lengths[i]))
+    return grouped
+
+
+def chunk(order: Sequence[int], size: int) -> list[MicroBatch]:
+    """Cut an order into micro-batches of `size` (the last one may be shorter)."""
+    return [list(order[i : i + size]) for i in range(0, len(order), size)]
+
+
+def deal(
+    micro_batches: list[MicroBatch], *, num_replicas: int, grad_accum_steps: int
+) -> list[list[MicroBatch]]:
+    """Deal micro-batches in order over ranks, micro-step by micro-step: [rank][micro_step]."""
+    window = num_replicas * grad_accum_steps
+    steps = -(-len(micro_batches) // window)
+    padded = micro_batches + [[] for _ in range(steps * window - len(micro_batches))]
+    plan: list[list[MicroBatch]] = [[] for _ in range(num_replicas)]
+    # Consecutive micro-batches share a micro-step on different ranks: with length grouping they
+    # have similar lengths, so the ranks of one micro-step wait on each other as little as possible.
+    for position, micro_batch in enumerate(padded):
+        plan[position % num_replicas].append(micro_batch)
+    return plan
+
+
+def bucket_rows(
+    order: Sequence[int],
+    lengths: Sequence[int],
+    *,
+    buckets: tuple[int, ...],
+    micro_batch_size: int,
+    num_replicas: int,
+) -> tuple[list[list[MicroBatch]], list[list[MicroBatch]]]:
+    """Rows of `num_replicas` micro-batches of one bucket each: (full rows, partial rows).
+
+    See the module docstring for where a bucket's leftovers go.
+    """
+    size, ranks = micro_batch_size, num_replicas
+    bucket_of = {i: bisect.bisect_left(buckets, lengths[i]) for i in order}
+    own: list[list[int]] = [[] for _ in buckets]
+    for i in order:
+        own[bucket_of[i]].append(i)
+
+    full_rows: list[list[MicroBatch]] = []
+    last_batches: list[MicroBatch] = []
+    carry: list[int] = []
+    for k, mine in enumerate(own):
+        last = k == len(buckets) - 1
+        # Each micro-batch is led by one of the bucket's own samples, so it resolves to bucket k;
+        # below the last bucket only whole rows are cut, the rest is carried up.
+        count = min(len(mine), (len(carry) + len(mine)) // size)
+        if not last:
+            count -= count % ranks
+        fillers = carry + mine[count:]
+        batches = [[mine[t], *fillers[t * (size - 1) : (t + 1) * (size - 1)]] for t in range(count)]
+        carry = fillers[count * (size - 1) :]
+        if not last:
+            full_rows.extend(batches[r : r + ranks] for r in range(0, len(batches), ranks))
+            continue
+        # What is left at the last bucket pads to its own bucket. Longest bucket first keeps
+        # micro-batches of one bucket together, so partial rows stay few.
+        last_batches = batches + chunk(sorted(carry, key=lambda i: -bucket_of[i]), size)
+
+    by_bucket: dict[int, list[MicroBatch]] = {}
+    for batch in last_batches:
+        top = max(bucket_of[i] for i in batch)
+        by_bucket.setdefault(top, []).append(batch)
+    partial_rows: list[list[MicroBatch]] = []
+    for top in sorted(by_bucket, reverse=True):
+        batches = by_bucket[top]
+        whole = len(batches) - len(batches) % ranks
+        full_rows.extend([batches[r : r + ranks] for r in range(0, whole, ranks)])
+        if whole < len(batches):
+            rest = batches[whole:]
+            partial_rows.append(rest + [[] for _ in range(ranks - len(rest))])
+    return full_rows, partial_rows
+
+
+class MicroBatchSampler:
+    """This rank's micro-batches (lists of sample indices) of a seeded per-epoch plan.
+
+    `len()` is the same on every rank and a multiple of `grad_accum_steps`; `epoch_plan(epoch)`
+    returns all ranks' micro-batches, `[rank][micro_step]`, identical whichever rank computes it.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        *,
+        micro_batch_size: int,
+        grad_accum_steps: int,
+        num_replicas: int = 1,
+        rank: int = 0,
+        seed: int = 0,
+        length_grouped: bool = False,
+        bucket_synchronized: bool = False,
+        pad_to: PadTo = None,
+        mega_batch_multiplier: int = 50,
+    ) -> None:
+        for name, value in (
+            ("micro_batch_size", micro_batch_size),
+            ("grad_accum_steps", grad_accum_steps),
+            ("num_replicas", num_replicas),
+            ("mega_batch_multiplier", mega_batch_multiplier),
+        ):
+            if int(value) < 1:
+                raise ValueError(f"{name} = {value} must be at least 1")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is outside 0..{num_replicas - 1} (num_replicas)")
+        self.lengths = [int(n) for n in lengths]
+        negative = [i for i, n in enumerate(self.lengths) if n < 0]
+        if negative:
+            raise ValueError(f"sample {negative[0]} has a negative length {lengths[negative[0]]}")
+        self.micro_batch_size = int(micro_batch_size)
+        self.grad_accum_steps = int(grad_accum_steps)
+        self.num_replicas = int(num_replicas)
+        self.rank = int(rank)
+        self.seed = int(seed)
+        self.length_grouped = bool(length_grouped)
+        self.bucket_synchronized = bool(bucket_synchronized)
+        self.pad_to = check_pad_to(pad_to)
+        self.mega_batch_multiplier = int(mega_batch_multiplier)
+        if self.bucket_synchronized:
+            if not isinstance(self.pad_to, tuple):
+                raise ValueError(
+                    "bucket_synchronized needs pad_to to be a tuple of shape buckets "
+                    f"(got {self.pad_to!r}); set training.static_shape_buckets"
+                )
+            longest = max(self.lengths, default=0)
+            # Fails here, with both numbers, rather than mid-epoch in the collator.
+            resolve_static_length(longest, self.pad_to)
+        self.epoch = 0
+        self._position = 0
+        self._cached: tuple[int, list[list[MicroBatch]]] | None = None
+
+    # ------------------------------------------------------------------------------- the plan
+
+    def base_order(self, epoch: int) -> list[int]:
+        """The epoch's sample order before micro-batching (random or length-grouped)."""
+        if self.length_grouped:
+            return length_grouped_order(
+                self.lengths,
+                micro_batch_size=self.micro_batch_size,
+                mega_batch_multiplier=self.mega_batch_multiplier,
+                seed=self.seed,
+                epoch=epoch,
+            )
+        return random_order(len(self.lengths), seed=self.seed, epoch=epoch)
+
+    def epoch_plan(self, epoch: int) -> list[list[MicroBatch]]:
+        """Every rank's micro-batches of `epoch`: [rank][micro_step] -> sample indices."""
+        if self._cached is not None and self._cached[0] == epoch:
+            return [[list(b) for b in row] for row in self._cached[1]]
+        order = self.base_order(epoch)
+        if self.bucket_synchronized:
+            plan = self._bucket_synchronized_plan(order, epoch)
+        else:
+            plan = deal(
+                chunk(order, self.micro_batch_size),
+                num_replicas=self.num_replicas,
+                grad_accum_steps=self.grad_accum_steps,
+            )
+        self._cached = (epoch, plan)
+        return [[list(b) for b in row] for row in plan]
+
+    def _bucket_synchronized_plan(self, order: list[int], epoch: int) -> list[list[MicroBatch]]:
+        assert isinstance(self.pad_to, tuple)
+        full_rows, partial_rows = bucket_rows(
+            order,
+            self.lengths,
+            buckets=self.pad_to,
+            micro_batch_size=self.micro_batch_size,
+            num_replicas=self.num_replicas,
+        )
+        shuffle = _shuffled(len(full_rows), derived_seed(self.seed, epoch, "rows"))
+        rows = [full_rows[i] for i in shuffle] + partial_rows
+        empty_rows = -len(rows) % self.grad_accum_steps
+        rows += [[[] for _ in range(self.num_replicas)] for _ in range(empty_rows)]
+        return [[row[rank] for row in rows] for rank in range(self.num_replicas)]
+
+    # ------------------------------------------------------------------------- iteration state
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch to iterate; a new epoch starts at its first micro-batch."""
+        if epoch != self.epoch:
+            self._position = 0
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.epoch_plan(self.epoch)[self.rank])
+
+    def __iter__(self) -> Iterator[MicroBatch]:
+        plan = self.epoch_plan(self.epoch)[self.rank]
+        if self._position >= len(plan):
+            self._position = 0  # a finished epoch iterated again starts a fresh pass
+        while self._position < len(plan):
+            micro_batch = plan[self._position]
+            self._position += 1
+            yield micro_batch
+
+    def _fingerprint(self) -> dict[str, Any]:
+        return {
+            "num_samples": len(self.lengths),
+            "micro_batch_size": self.micro_batch_size,
+            "grad_accum_steps": self.grad_accum_steps,
+            "num_replicas": self.num_replicas,
+            "seed": self.seed,
+            "length_grouped": self.length_grouped,
+            "bucket_synchronized": self.bucket_synchronized,
+            "pad_to": list(self.pad_to) if isinstance(self.pad_to, tuple) else self.pad_to,
+            "mega_batch_multiplier": self.mega_batch_multiplier,
+        }
+
+    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+        """Epoch and position for an exact resume.
+
+        `consumed` overrides the position with the micro-batches the trainer actually used in
+        this epoch (a DataLoader iterates the sampler ahead of the training loop). A finished
+        epoch is saved as the start of the next one.
+        """
+        position = self._position if consumed is None else int(consumed)
+        epoch = self.epoch
+        if position >= len(self) > 0:
+            epoch, position = epoch + 1, 0
+        return {"epoch": epoch, "position": position, **self._fingerprint()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at a saved epoch and position; refuses a plan that would differ."""
+        expected = self._fingerprint()
+        changed = [
+            f"{key}: checkpoint {state[key]!r}, now {value!r}"
+            for key, value in expected.items()
+            if key in state and state[key] != value
+        ]
+        if changed:
+            raise ValueError(
+                "cannot resume the data order exactly, the sampler settings changed ("
+                + "; ".join(changed)
+                + "); resume with the same data and sizes, or start a new run"
+            )
+        self.epoch = int(state["epoch"])
+        self._position = int(state["position"])
+        if not 0 <= self._position <= len(self):
+            raise ValueError(
+                f"saved position {self._position} is outside this epoch's {len(self)} micro-batches"
+            )

@@ -1,0 +1,124 @@
+"""Optimal shape buckets: an exact dynamic program over the 128-token grid.
+
+For the random and length-grouped samplers, which samples share a micro-batch does not depend on
+the buckets, so each micro-batch is fixed by (rows, longest sample) and the cost of a bucket tuple
+is sum(rows x smallest bucket >= longest). Only the grid cell of the longest sample matters, so
+the search is over which K of the M = max_length / 128 grid lengths to use, the last one fixed at
+max_length. best[t][c] = the least cost of the cells 1..c with t buckets, the largest at c:
+
+    best[1][c] = 128 c W(1..c)
+    best[t][c] = min over p < c of best[t-1][p] + 128 c W(p+1..c)
+
+where W(a..b) is the rows of the micro-batches whose longest sample lies in cells a..b. That is
+O(K M^2): 64 cells at max_length 8192.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specdraft.config import BUCKET_QUANTUM
+
+from .accounting import plan_micro_batches
+from .samplers import MicroBatch
+
+# The samplers whose micro-batches do not depend on the buckets, so the DP is exact for them.
+SUGGEST_SAMPLERS = ("random", "length_grouped")
+
+
+def grid_weights(
+    lengths: Sequence[int], micro_batches: Sequence[MicroBatch], max_length: int
+) -> list[int]:
+    """Rows per 128-token cell: weights[c] = rows of micro-batches whose longest is in cell c."""
+    cells = _cells(max_length)
+    weights = [0] * (cells + 1)
+    for batch in micro_batches:
+        if not batch:
+            continue
+        longest = max(lengths[i] for i in batch)
+        if longest > max_length:
+            raise ValueError(
+                f"a sample of {longest} tokens is longer than max_length = {max_length}; "
+                f"truncate lengths to max_length first"
+            )
+        weights[max(1, -(-longest // BUCKET_QUANTUM))] += len(batch)
+    return weights
+
+
+def bucket_cost(buckets: Sequence[int], weights: Sequence[int]) -> int:
+    """Computed positions of grid `weights` (from grid_weights) padded to `buckets`."""
+    cost, cell = 0, 1
+    for bucket in buckets:
+        top = bucket // BUCKET_QUANTUM
+        while cell <= top and cell < len(weights):
+            cost += weights[cell] * bucket
+            cell += 1
+    if any(weights[cell:]):
+        raise ValueError(f"buckets {tuple(buckets)} do not cover the longest micro-batch")
+    return cost
+
+
+def optimal_buckets(weights: Sequence[int], k: int) -> tuple[int, ...]:
+    """The k grid lengths (last = the top cell) that minimise bucket_cost for `weights`."""
+    cells = len(weights) - 1
+    if not 1 <= k <= cells:
+        raise ValueError(
+            f"cannot choose {k} distinct buckets among the {cells} multiples of "
+            f"{BUCKET_QUANTUM} up to {cells * BUCKET_QUANTUM}; choose k in 1..{cells}"
+        )
+    prefix = [0] * (cells + 1)
+    for c in range(1, cells + 1):
+        prefix[c] = prefix[c - 1] + weights[c]
+    inf = float("inf")
+    best = [[inf] * (cells + 1) for _ in range(k + 1)]
+    parent = [[0] * (cells + 1) for _ in range(k + 1)]
+    for c in range(1, cells + 1):
+        best[1][c] = BUCKET_QUANTUM * c * prefix[c]
+    for t in range(2, k + 1):
+        for c in range(t, cells + 1):
+            size = BUCKET_QUANTUM * c
+            for p in range(t - 1, c):
+                candidate = best[t - 1][p] + size * (prefix[c] - prefix[p])
+                # Strictly less: on a tie the smaller lower bucket wins, so the answer is stable.
+                if candidate < best[t][c]:
+                    best[t][c], parent[t][c] = candidate, p
+    chosen, c = [], cells
+    for t in range(k, 0, -1):
+        chosen.append(c * BUCKET_QUANTUM)
+        c = parent[t][c]
+    return tuple(reversed(chosen))
+
+
+def suggest_buckets(
+    lengths: Sequence[int],
+    *,
+    micro_batch_size: int,
+    max_length: int,
+    k: int,
+    sampler: str = "random",
+    seed: int = 0,
+    mega_batch_multiplier: int = 50,
+) -> tuple[int, ...]:
+    """The k multiples of 128 (last = max_length) that minimise computed positions for `sampler`."""
+    if sampler not in SUGGEST_SAMPLERS:
+        raise ValueError(
+            f"bucket suggestion needs micro-batches that do not depend on the buckets: sampler "
+            f"must be one of {', '.join(SUGGEST_SAMPLERS)}, not {sampler!r}"
+        )
+    micro_batches = plan_micro_batches(
+        lengths,
+        micro_batch_size=micro_batch_size,
+        sampler=sampler,
+        seed=seed,
+        mega_batch_multiplier=mega_batch_multiplier,
+    )
+    return optimal_buckets(grid_weights(lengths, micro_batches, max_length), k)
+
+
+def _cells(max_length: int) -> int:
+    if max_length <= 0 or max_length % BUCKET_QUANTUM:
+        raise ValueError(
+            f"max_length = {max_length} must be a positive multiple of {BUCKET_QUANTUM} to "
+            f"suggest buckets: it is the last bucket"
+        )
+    return max_length // BUCKET_QUANTUM
