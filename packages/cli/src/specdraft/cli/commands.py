@@ -8,7 +8,8 @@ import click
 def all_commands() -> list[click.Command]:
     """Every subcommand, imported lazily so `--help` and `lint` never import torch."""
     from .config_cmd import config
+    from .explain_cmd import explain_buckets
     from .lint_cmd import lint
 
-    commands: list[click.Command] = [lint, config]
+    commands: list[click.Command] = [lint, config, explain_buckets]
     return commands

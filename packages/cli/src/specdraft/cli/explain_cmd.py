@@ -1,0 +1,152 @@
+"""`specdraft explain-buckets`: the dry run of the pad policy on the corpus (no model is built)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+# Exit status of a config, lengths file or option that cannot be used (the lint convention).
+EXIT_FATAL = 2
+
+
+def _fail(message: str) -> None:
+    click.echo(message, err=True)
+    raise SystemExit(EXIT_FATAL)
+
+
+def _config_error_text(err: Exception, overrides: tuple[str, ...]) -> str:
+    try:
+        from specdraft.config.report import format_config_error
+    except ImportError:  # an older config package without the linter's positions
+        return str(err)
+    return format_config_error(err, overrides)  # type: ignore[arg-type]
+
+
+def _corpus_source(config: Any) -> Any:
+    """Tokenise the corpus as training would (with a progress bar) and return its lengths."""
+    from specdraft.collate.explain import LengthSource
+    from specdraft.trainer.data import corpus_lengths
+
+    corpus = corpus_lengths(config, progress=True)
+    return LengthSource(
+        "corpus",
+        corpus.source,
+        list(corpus.lengths),
+        skipped=dict(corpus.skipped),
+        dropped_incomplete=corpus.dropped_incomplete,
+    )
+
+
+@click.command("explain-buckets")
+@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+@click.option(
+    "--suggest",
+    "suggest_k",
+    type=click.IntRange(min=1),
+    metavar="K",
+    help="Also print the K optimal buckets (multiples of 128, the last = max_length).",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Text for people, JSON for machines.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    metavar="FILE.png",
+    help="Also draw the length histogram with the bucket edges into a PNG.",
+)
+@click.option(
+    "--lengths",
+    "lengths_path",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Read sample lengths (one per line) instead of tokenising the corpus.",
+)
+@click.option(
+    "--longest",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Explain one micro-batch whose longest sample has N tokens.",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config value, e.g. --set training.micro_batch_size=4 (repeatable).",
+)
+def explain_buckets(
+    config_path: str,
+    suggest_k: int | None,
+    output_format: str,
+    plot_path: str | None,
+    lengths_path: str | None,
+    longest: int | None,
+    overrides: tuple[str, ...],
+) -> None:
+    """Dry run: the pad lengths a config resolves to and what they cost on the corpus.
+
+    Prints the pad policy, the micro-batches per bucket, pad-to-longest / static_shapes / the
+    configured buckets side by side (computed positions per real token), the compile plan, and
+    warnings about unused, rare or suboptimal buckets. The corpus is tokenised as training
+    would; --lengths FILE or --longest N skip it. No model is built.
+    """
+    from specdraft.config import ConfigError, load_config
+
+    if lengths_path and longest:
+        _fail("explain-buckets: use either --lengths FILE or --longest N, not both")
+    if longest and (suggest_k or plot_path):
+        _fail("explain-buckets: --suggest and --plot need sample lengths (a corpus or --lengths)")
+    try:
+        config = load_config(config_path, overrides)
+    except ConfigError as err:
+        _fail(_config_error_text(err, overrides))
+
+    # torch comes in with the collate package: only after the config is known to be good.
+    from specdraft.collate.explain import (
+        LengthSource,
+        build_report,
+        read_lengths_file,
+        render_json,
+        render_text,
+        save_plot,
+    )
+
+    max_length = config.data.max_length
+    if longest:
+        if longest > max_length:
+            _fail(
+                f"explain-buckets: --longest {longest} is above data.max_length = {max_length}; "
+                f"samples are truncated to max_length, so no micro-batch is longer"
+            )
+        source = LengthSource("longest", f"--longest {longest}", [longest])
+    elif lengths_path:
+        try:
+            source = read_lengths_file(lengths_path, max_length)
+        except ValueError as err:
+            _fail(f"explain-buckets: {err}")
+    else:
+        source = _corpus_source(config)
+        if not source.lengths:
+            _fail(f"explain-buckets: {source.description}: no usable samples")
+
+    try:
+        report = build_report(config, source, config_path=config_path, suggest_k=suggest_k)
+    except ValueError as err:
+        _fail(f"explain-buckets: {config_path}: {err}")
+    click.echo(render_json(report) if output_format == "json" else render_text(report), nl=False)
+    if output_format == "json":
+        click.echo()
+    if plot_path:
+        try:
+            save_plot(report, plot_path)
+        except OSError as err:
+            _fail(f"explain-buckets: cannot write the plot {plot_path}: {err}")
+        click.echo(f"plot written to {plot_path}", err=True)
