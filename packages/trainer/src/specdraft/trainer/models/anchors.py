@@ -1,0 +1,88 @@
+"""Anchor sampling: a pure function of (seed, sample_id, position, loss_mask), padding-blind.
+
+Every position gets a pseudo-random 32-bit score from a counter-based integer hash of (seed,
+sample_id, position); the anchors are the `num_anchors` best-scoring valid positions. Top-k of
+i.i.d. scores is a uniform draw without replacement, and since neither the scores nor the
+validity of a real position depend on how far the sample is padded, the same sample gets the
+same anchors at any pad length. Shapes are static ([B, num_anchors] always, with a keep-mask),
+and nothing reads a tensor value on the host.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_MASK32 = 0xFFFFFFFF
+# Positions occupy the low bits of a score so that no two positions of a row ever tie; the hash
+# sits above them. 20 bits bound the sequence length at ~1M tokens.
+_POSITION_BITS = 20
+_SEED_SALT = 0x9E3779B9
+
+
+def _mul32(x: Tensor, constant: int) -> Tensor:
+    """(x * constant) mod 2**32 for 32-bit values held in int64, without int64 overflow."""
+    low = x & 0xFFFF
+    high = x >> 16
+    return (low * constant + (((high * constant) & 0xFFFF) << 16)) & _MASK32
+
+
+def _mix32(x: Tensor) -> Tensor:
+    """A 32-bit bijective integer mixer (xorshift-multiply, 'lowbias32' constants)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def position_hash(seed: int, sample_id: Tensor, length: int) -> Tensor:
+    """Pseudo-random 32-bit values [B, length] keyed by (seed, sample_id, position)."""
+    device = sample_id.device
+    sid = sample_id.to(torch.int64)
+    seed_lo = torch.tensor((seed ^ _SEED_SALT) & _MASK32, dtype=torch.int64, device=device)
+    seed_hi = torch.tensor((seed >> 32) & _MASK32, dtype=torch.int64, device=device)
+    key = _mix32(_mix32(seed_lo) ^ seed_hi)
+    key = _mix32(key ^ (sid & _MASK32))
+    key = _mix32(key ^ ((sid >> 32) & _MASK32))
+    positions = torch.arange(length, dtype=torch.int64, device=device)
+    return _mix32(_mix32(key[:, None] ^ positions[None, :]) ^ key[:, None])
+
+
+def valid_anchor_positions(loss_mask: Tensor) -> Tensor:
+    """Bool [B, S]: a is a valid anchor when loss_mask[a] and loss_mask[a+1] are both set."""
+    supervised = loss_mask.bool()
+    valid = torch.zeros_like(supervised)
+    valid[:, :-1] = supervised[:, :-1] & supervised[:, 1:]
+    return valid
+
+
+def sample_anchors(
+    loss_mask: Tensor, sample_id: Tensor, num_anchors: int, seed: int
+) -> tuple[Tensor, Tensor]:
+    """Anchors [B, num_anchors] (int64, ascending, 0 in unused slots) and keep [B, num_anchors].
+
+    Kept slots come first, in increasing position; a sample with fewer valid positions than
+    `num_anchors` fills the rest with keep = False, and one with none gets an all-False row.
+    """
+    batch, length = loss_mask.shape
+    if length >= 1 << _POSITION_BITS:
+        raise ValueError(f"sequence length {length} exceeds the anchor sampler's 2**20 limit")
+    valid = valid_anchor_positions(loss_mask)
+    positions = torch.arange(length, dtype=torch.int64, device=loss_mask.device)
+    scores = (position_hash(seed, sample_id, length) << _POSITION_BITS) | positions
+    scores = torch.where(valid, scores, torch.full_like(scores, -1))
+    # min() of two Python ints: the top-k width depends on the static shape only.
+    width = min(num_anchors, length)
+    top_scores, top_positions = torch.topk(scores, width, dim=1)
+    kept = top_scores >= 0
+    # Sort kept positions ascending and push unused slots to the end (past any real position).
+    sentinel = torch.full_like(top_positions, length)
+    ordered, _ = torch.sort(torch.where(kept, top_positions, sentinel), dim=1)
+    keep = ordered < length
+    anchors = torch.where(keep, ordered, torch.zeros_like(ordered))
+    if width < num_anchors:
+        pad = num_anchors - width
+        anchors = torch.cat([anchors, anchors.new_zeros(batch, pad)], dim=1)
+        keep = torch.cat([keep, keep.new_zeros(batch, pad)], dim=1)
+    return anchors, keep

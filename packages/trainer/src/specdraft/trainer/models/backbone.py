@@ -1,0 +1,196 @@
+"""The shared DFlash backbone: target features -> context, anchor blocks -> draft hidden states.
+
+    context = norm(fc(concat of target layers))          [B, S, H], once per forward
+    blocks  = [token at anchor_b, MASK, ..., MASK]         [B, N, bs], positions anchor_b + k
+    hidden  = norm(layers(embed(blocks), context, ...))  [B, N, bs, H]
+
+The draft owns no embedding and no LM head: both are the target's, frozen, passed in as a
+`TargetHead`. Module names (`fc`, `hidden_norm`, `layers.N.*`, `norm`) are those of the DFlash
+checkpoints SGLang loads.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, NamedTuple
+
+import torch
+from torch import Tensor, nn
+from transformers import PreTrainedModel
+
+from .anchors import sample_anchors
+from .config import DFlashDraftConfig
+from .layers import RMSNorm, rotary_tables
+from .losses import DraftLoss, block_targets
+from .masks import build_block_mask
+from .spec import DraftTrainSpec
+from .target import TargetHead
+
+REQUIRED_KEYS = ("input_ids", "loss_mask", "hidden_states", "sample_id")
+
+
+class BlockTargets(NamedTuple):
+    """Where the blocks sit and what they should predict (see `losses.block_targets`)."""
+
+    anchors: Tensor  # [B, N]
+    keep: Tensor  # [B, N]
+    gold: Tensor  # [B, N, bs+1] tokens at anchor + j
+    supervised: Tensor  # [B, N, bs+1] loss_mask at anchor + j, inside the sample, block kept
+    positions: Tensor  # [B, N, bs+1] anchor + j clamped into the sequence
+
+
+def require_keys(batch: dict[str, Tensor], keys: tuple[str, ...]) -> None:
+    """Fail with the missing batch keys named, instead of a bare KeyError deep in the model."""
+    missing = [key for key in keys if key not in batch]
+    if missing:
+        raise KeyError(
+            f"the draft batch lacks {missing}; a batch needs {list(keys)} "
+            "(see docs/internals.md, 'A sample')"
+        )
+
+
+class DraftModel(PreTrainedModel):
+    """Base of the DFlash-family drafts: the backbone; subclasses add heads and an objective."""
+
+    config_class = DFlashDraftConfig
+    base_model_prefix = ""
+    main_input_name = "input_ids"
+    _no_split_modules: ClassVar[list[str]] = ["DFlashDecoderLayer", "DFlash2DecoderLayer"]
+
+    def __init__(self, config: DFlashDraftConfig) -> None:
+        super().__init__(config)
+        hidden = config.hidden_size
+        num_features = len(config.target_layer_ids or ())
+        if num_features == 0:
+            raise ValueError("the draft config needs target_layer_ids (at least one layer)")
+        self.fc = nn.Linear(num_features * hidden, hidden, bias=False)
+        self.hidden_norm = RMSNorm(hidden, config.rms_norm_eps)
+        self.layers = nn.ModuleList(
+            [self.make_layer(config, index) for index in range(config.num_hidden_layers)]
+        )
+        self.norm = RMSNorm(hidden, config.rms_norm_eps)
+
+    def make_layer(self, config: DFlashDraftConfig, index: int) -> nn.Module:
+        """One decoder layer of this family."""
+        raise NotImplementedError
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per draft block."""
+        return self.config.block_size
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """Dtype the layers run in (the fc weight's, which FSDP mixed precision also casts)."""
+        return self.fc.weight.dtype
+
+    def encode_context(self, hidden_states: Tensor) -> Tensor:
+        """Context features [B, S, H] from concatenated target layers [B, S, L*H]."""
+        expected = self.fc.in_features
+        if hidden_states.shape[-1] != expected:
+            raise ValueError(
+                f"hidden_states has last dim {hidden_states.shape[-1]}, the draft expects "
+                f"{expected} (= {len(self.config.target_layer_ids)} target layers x "
+                f"{self.config.hidden_size}); the features were captured for other "
+                "target_layer_ids or another target"
+            )
+        return self.hidden_norm(self.fc(hidden_states.to(self.compute_dtype)))
+
+    def block_inputs(self, input_ids: Tensor, anchors: Tensor, head: TargetHead) -> Tensor:
+        """Embedded blocks [B, N*bs, H]: the anchor token, then block_size-1 mask tokens."""
+        batch, num_anchors = anchors.shape
+        anchor_tokens = torch.gather(input_ids, 1, anchors)
+        tokens = torch.full(
+            (batch, num_anchors, self.block_size),
+            self.config.mask_token_id,
+            dtype=input_ids.dtype,
+            device=input_ids.device,
+        )
+        tokens[:, :, 0] = anchor_tokens
+        return head.embed(tokens.flatten(1)).to(self.compute_dtype)
+
+    def run_backbone(
+        self,
+        input_ids: Tensor,
+        hidden_states: Tensor,
+        anchors: Tensor,
+        keep: Tensor,
+        head: TargetHead,
+        attention_backend: str,
+    ) -> Tensor:
+        """Draft hidden states [B, N, bs, H] (after the final norm) of the blocks at `anchors`."""
+        batch, length = input_ids.shape
+        num_anchors = anchors.shape[1]
+        context = self.encode_context(hidden_states)
+        hidden = self.block_inputs(input_ids, anchors, head)
+        offsets = torch.arange(self.block_size, device=anchors.device)
+        positions = (anchors[:, :, None] + offsets).flatten(1)
+        rotary = rotary_tables(
+            positions,
+            length,
+            self.config.head_dim,
+            self.config.rope_parameters["rope_theta"],
+            self.compute_dtype,
+        )
+        mask = build_block_mask(anchors, keep, length, self.block_size, attention_backend)
+        for layer in self.layers:
+            hidden = layer(hidden, context, rotary, mask)
+        hidden = self.norm(hidden)
+        return hidden.view(batch, num_anchors, self.block_size, -1)
+
+    def place_blocks(self, batch: dict[str, Tensor], spec: DraftTrainSpec) -> BlockTargets:
+        """Sample the anchors of a batch and read what each block slot should predict."""
+        input_ids, loss_mask = batch["input_ids"], batch["loss_mask"]
+        anchors, keep = sample_anchors(loss_mask, batch["sample_id"], spec.num_anchors, spec.seed)
+        gold, supervised, positions = block_targets(
+            input_ids, loss_mask, anchors, keep, self.block_size
+        )
+        return BlockTargets(anchors, keep, gold, supervised, positions)
+
+    def forward(
+        self, batch: dict[str, Tensor], head: TargetHead, spec: DraftTrainSpec
+    ) -> DraftLoss:
+        """Loss sums of one micro-batch (see `DraftLoss`); any pad length gives the same sums."""
+        require_keys(batch, REQUIRED_KEYS + self.extra_batch_keys)
+        targets = self.place_blocks(batch, spec)
+        hidden = self.run_backbone(
+            batch["input_ids"],
+            batch["hidden_states"],
+            targets.anchors,
+            targets.keep,
+            head,
+            spec.attention_backend,
+        )
+        return self.objective(hidden, targets, batch, head, spec)
+
+    extra_batch_keys: tuple[str, ...] = ()
+
+    def objective(
+        self,
+        hidden: Tensor,
+        targets: BlockTargets,
+        batch: dict[str, Tensor],
+        head: TargetHead,
+        spec: DraftTrainSpec,
+    ) -> DraftLoss:
+        """The family's loss sums from the draft hidden states."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def predict_blocks(
+        self,
+        input_ids: Tensor,
+        hidden_states: Tensor,
+        anchors: Tensor,
+        keep: Tensor,
+        head: TargetHead,
+        attention_backend: str = "sdpa",
+    ) -> Tensor:
+        """Greedy draft tokens [B, N, bs-1] for positions anchor+1..anchor+bs-1 (-1 if not kept)."""
+        hidden = self.run_backbone(input_ids, hidden_states, anchors, keep, head, attention_backend)
+        anchor_tokens = torch.gather(input_ids, 1, anchors)
+        tokens = self.greedy_tokens(hidden, anchor_tokens, head)
+        return torch.where(keep[:, :, None], tokens, torch.full_like(tokens, -1))
+
+    def greedy_tokens(self, hidden: Tensor, anchor_tokens: Tensor, head: TargetHead) -> Tensor:
+        """The family's greedy tokens [B, N, bs-1] from hidden [B, N, bs, H]."""
+        raise NotImplementedError

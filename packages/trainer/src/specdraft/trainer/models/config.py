@@ -1,0 +1,207 @@
+"""HF configs of the two draft families, built from the specdraft ModelConfig and the target's.
+
+Both are Qwen3 configs (`model_type = "qwen3"`) with extra keys, like the published DFlash and
+DSpark drafts, so SGLang (and vLLM) read them with a plain `AutoConfig` and pick the model class
+from `architectures`:
+
+- DFlash2: architecture `DFlash2DraftModel`. SGLang's `parse_dflash_draft_config` reads the
+  nested `dflash_config` first (block_size, target_layer_ids, mask_token_id, conv_kernel_size,
+  conv_group_size, selector_rank, selector_top_k; the conv and selector keys only there), then
+  top-level `block_size`, `target_layer_ids`, `mask_token_id`, `num_target_layers`.
+- DSpark: architecture `Qwen3DSparkModel` (SGLang's entry class). `markov_rank`,
+  `markov_head_type`, `enable_confidence_head` and `confidence_head_with_markov` are read at the
+  top level; SGLang enables the Markov confidence input when the key is missing, so it is always
+  written.
+
+The draft's attention shape, norm eps and RoPE theta are the target's; the draft always uses
+default RoPE (no scaling), which is what the checkpoint then declares.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from huggingface_hub.dataclasses import strict
+from transformers import Qwen3Config
+
+logger = logging.getLogger(__name__)
+
+DFLASH2_ARCHITECTURE = "DFlash2DraftModel"
+DSPARK_ARCHITECTURE = "Qwen3DSparkModel"
+# Taps of the DFlash2 in-block convolution: y_t = k_t0 * x_t + k_t1 * x_(t-1).
+DFLASH2_CONV_TAPS = 2
+
+
+@strict
+class DFlashDraftConfig(Qwen3Config):
+    """Shared keys of the DFlash-family drafts (the backbone)."""
+
+    model_type = "qwen3"
+
+    block_size: int = 16
+    target_layer_ids: list[int] | None = None
+    num_target_layers: int | None = None
+    mask_token_id: int | None = None
+    # Draft blocks attend in both directions; vLLM reads this key to pick the attention mode.
+    is_causal: bool = False
+    dflash_config: dict | None = None
+
+    def __post_init__(self, **kwargs: Any) -> None:
+        super().__post_init__(**kwargs)
+        self.dflash_config = self._serving_keys()
+
+    def _serving_keys(self) -> dict:
+        """The nested `dflash_config` that SGLang reads first."""
+        return {
+            "block_size": self.block_size,
+            "target_layer_ids": list(self.target_layer_ids or []),
+            "mask_token_id": self.mask_token_id,
+        }
+
+
+@strict
+class DFlash2Config(DFlashDraftConfig):
+    """DFlash2: backbone + two-tap dynamic depthwise conv + pairwise path selector."""
+
+    conv_kernel_size: int = DFLASH2_CONV_TAPS
+    conv_group_size: int = 16
+    selector_rank: int = 256
+    selector_top_k: int = 16
+    selector_loss_weight: float = 0.1
+    selector_gold_policy: str = "exclude"
+
+    def __post_init__(self, **kwargs: Any) -> None:
+        if self.architectures is None:
+            self.architectures = [DFLASH2_ARCHITECTURE]
+        super().__post_init__(**kwargs)
+
+    def _serving_keys(self) -> dict:
+        keys = super()._serving_keys()
+        keys.update(
+            conv_kernel_size=self.conv_kernel_size,
+            conv_group_size=self.conv_group_size,
+            selector_rank=self.selector_rank,
+            selector_top_k=self.selector_top_k,
+        )
+        return keys
+
+
+@strict
+class DSparkConfig(DFlashDraftConfig):
+    """DSpark: backbone + Markov head + confidence head, trained on shifted labels."""
+
+    markov_rank: int = 256
+    markov_head_type: str = "vanilla"
+    enable_confidence_head: bool = True
+    confidence_head_with_markov: bool = False
+    ce_weight: float = 0.1
+    l1_weight: float = 0.9
+    confidence_weight: float = 1.0
+
+    def __post_init__(self, **kwargs: Any) -> None:
+        if self.architectures is None:
+            self.architectures = [DSPARK_ARCHITECTURE]
+        super().__post_init__(**kwargs)
+
+
+def target_text_config(target_config: Any) -> Any:
+    """The text part of a target config (itself for plain causal LMs)."""
+    get_text_config = getattr(target_config, "get_text_config", None)
+    return get_text_config() if callable(get_text_config) else target_config
+
+
+def rope_theta_of(config: Any) -> float:
+    """RoPE theta of a HF config (transformers 5 `rope_parameters` or the older `rope_theta`)."""
+    params = getattr(config, "rope_parameters", None) or {}
+    rope_type = params.get("rope_type", "default")
+    if rope_type not in (None, "default"):
+        logger.warning(
+            "target uses rope_type %r; the draft trains with default RoPE at the same theta",
+            rope_type,
+        )
+    theta = params.get("rope_theta", getattr(config, "rope_theta", None))
+    if theta is None:
+        raise ValueError("the target config has no rope_theta (rope_parameters.rope_theta)")
+    return float(theta)
+
+
+def _backbone_kwargs(model_cfg: Any, target_config: Any) -> dict:
+    text = target_text_config(target_config)
+    heads = int(text.num_attention_heads)
+    hidden = int(text.hidden_size)
+    intermediate = model_cfg.draft_intermediate_size or int(text.intermediate_size)
+    return {
+        "vocab_size": int(text.vocab_size),
+        "hidden_size": hidden,
+        "intermediate_size": int(intermediate),
+        "num_hidden_layers": int(model_cfg.num_draft_layers),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(getattr(text, "num_key_value_heads", None) or heads),
+        "head_dim": int(getattr(text, "head_dim", None) or hidden // heads),
+        "rms_norm_eps": float(text.rms_norm_eps),
+        "max_position_embeddings": int(getattr(text, "max_position_embeddings", 32768)),
+        "rope_parameters": {"rope_theta": rope_theta_of(text), "rope_type": "default"},
+        "tie_word_embeddings": False,
+        "dtype": model_cfg.dtype,
+        "block_size": int(model_cfg.block_size),
+        "target_layer_ids": [int(i) for i in model_cfg.target_layer_ids],
+        "num_target_layers": int(text.num_hidden_layers),
+        "mask_token_id": int(model_cfg.mask_token_id),
+    }
+
+
+def _check_shapes(kwargs: dict, model_cfg: Any) -> None:
+    """Errors that would otherwise surface as a shape mismatch deep inside the model."""
+    vocab = kwargs["vocab_size"]
+    if kwargs["mask_token_id"] >= vocab:
+        raise ValueError(
+            f"model.mask_token_id = {kwargs['mask_token_id']} is outside the target vocabulary "
+            f"({vocab} tokens) of {model_cfg.target}; pick a reserved token below {vocab}"
+        )
+    if model_cfg.algorithm == "dflash2":
+        group = model_cfg.dflash2.conv_group_size
+        if kwargs["hidden_size"] % group:
+            raise ValueError(
+                f"model.dflash2.conv_group_size = {group} does not divide the target hidden size "
+                f"{kwargs['hidden_size']}; use a divisor such as 16"
+            )
+        if model_cfg.dflash2.selector_top_k > vocab:
+            raise ValueError(
+                f"model.dflash2.selector_top_k = {model_cfg.dflash2.selector_top_k} exceeds the "
+                f"vocabulary size {vocab}; use 16"
+            )
+
+
+def draft_config_from(model_cfg: Any, target_config: Any) -> DFlash2Config | DSparkConfig:
+    """The HF draft config for `model_cfg` (specdraft ModelConfig) and the target's HF config."""
+    kwargs = _backbone_kwargs(model_cfg, target_config)
+    _check_shapes(kwargs, model_cfg)
+    if model_cfg.algorithm == "dflash2":
+        opts = model_cfg.dflash2
+        if opts.selector_gold_policy is None:
+            raise ValueError(
+                "model.dflash2.selector_gold_policy is required: 'exclude' or 'insert'"
+            )
+        return DFlash2Config(
+            conv_kernel_size=DFLASH2_CONV_TAPS,
+            conv_group_size=opts.conv_group_size,
+            selector_rank=opts.selector_rank,
+            selector_top_k=opts.selector_top_k,
+            selector_loss_weight=opts.selector_loss_weight,
+            selector_gold_policy=opts.selector_gold_policy,
+            **kwargs,
+        )
+    if model_cfg.algorithm == "dspark":
+        opts = model_cfg.dspark
+        return DSparkConfig(
+            markov_rank=opts.markov_rank,
+            markov_head_type=opts.markov_type,
+            enable_confidence_head=opts.confidence_head,
+            confidence_head_with_markov=opts.confidence_uses_markov,
+            ce_weight=opts.ce_weight,
+            l1_weight=opts.l1_weight,
+            confidence_weight=opts.confidence_weight,
+            **kwargs,
+        )
+    raise ValueError(f"model.algorithm = {model_cfg.algorithm!r}: use 'dflash2' or 'dspark'")

@@ -1,0 +1,168 @@
+"""DFlash2: the DFlash backbone with in-block convolutions and a pairwise path selector.
+
+Loss per kept block at offsets k = 1..bs-1 (offset k predicts the token at anchor + k):
+
+    w_k = exp(-(k-1)/gamma) * loss_mask[anchor + k]
+    numerator   = sum w_k * CE(logits_k, token_k) + selector_loss_weight * sum w_k * u_k * CE_sel
+    denominator = sum w_k
+
+where u_k is 1 when the position takes part in the selector loss (always with 'insert'; only
+when the gold token is among the top-k with 'exclude').
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn.attention.flex_attention import BlockMask
+from transformers import initialization as init
+
+from .backbone import BlockTargets, DraftModel
+from .config import DFlash2Config
+from .conv import BlockDepthwiseConv
+from .layers import DFlashDecoderLayer, RotaryTables
+from .losses import DraftLoss, chunked_sums, decay_weights, leading_run
+from .selector import CandidateSelector, candidate_set
+from .spec import DraftTrainSpec
+from .target import TargetHead
+
+
+class DFlash2DecoderLayer(DFlashDecoderLayer):
+    """A DFlash layer whose attention and MLP are each wrapped by a BlockDepthwiseConv."""
+
+    def __init__(self, config: DFlash2Config) -> None:
+        super().__init__(
+            config.hidden_size,
+            config.intermediate_size,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+            config.rms_norm_eps,
+        )
+        conv_args = (
+            config.hidden_size,
+            config.block_size,
+            config.conv_kernel_size,
+            config.conv_group_size,
+        )
+        self.attention_conv = BlockDepthwiseConv(*conv_args)
+        self.mlp_conv = BlockDepthwiseConv(*conv_args)
+
+    def forward(
+        self, hidden: Tensor, context: Tensor, rotary: RotaryTables, mask: Tensor | BlockMask
+    ) -> Tensor:
+        """One DFlash2 layer: conv -> sublayer -> conv, around attention and around the MLP."""
+        x, finish = self.attention_conv.prepare(self.input_layernorm(hidden))
+        hidden = hidden + self.attention_conv.finish(
+            self.self_attn(x, context, rotary, mask), finish
+        )
+        x, finish = self.mlp_conv.prepare(self.post_attention_layernorm(hidden))
+        return hidden + self.mlp_conv.finish(self.mlp(x), finish)
+
+
+class DFlash2DraftModel(DraftModel):
+    """The DFlash2 draft (architecture `DFlash2DraftModel`); exported as `DFlash2Draft`."""
+
+    config_class = DFlash2Config
+
+    def __init__(self, config: DFlash2Config) -> None:
+        super().__init__(config)
+        self.candidate_selector = CandidateSelector(
+            config.hidden_size, config.vocab_size, config.selector_rank, config.selector_top_k
+        )
+        self.post_init()
+
+    def make_layer(self, config: DFlash2Config, index: int) -> nn.Module:
+        """A DFlash2 decoder layer."""
+        return DFlash2DecoderLayer(config)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, BlockDepthwiseConv):
+            # Identity conv at start: base tap 0 = 1, others 0, no dynamic correction.
+            base = torch.zeros_like(module.base_kernel)
+            base[:, 0] = 1.0
+            init.copy_(module.base_kernel, base)
+            init.zeros_(module.kernel_projection.weight)
+        elif isinstance(module, CandidateSelector):
+            std = self.config.initializer_range
+            init.normal_(module.predecessor_codebook, mean=0.0, std=std)
+            init.normal_(module.successor_codebook, mean=0.0, std=std)
+
+    def objective(
+        self,
+        hidden: Tensor,
+        targets: BlockTargets,
+        batch: dict[str, Tensor],
+        head: TargetHead,
+        spec: DraftTrainSpec,
+    ) -> DraftLoss:
+        """DFlash CE plus the selector CE, as sums over offsets 1..bs-1 of the kept blocks."""
+        slots = self.block_size - 1
+        decay = decay_weights(slots, spec.loss_decay_gamma, hidden.device)
+        labels = targets.gold[:, :, 1 : self.block_size]
+        previous = targets.gold[:, :, : self.block_size - 1]
+        weights = targets.supervised[:, :, 1 : self.block_size].float() * decay
+        config = self.config
+        selector = self.candidate_selector
+
+        def chunk_sums(hidden_c: Tensor, labels_c: Tensor, previous_c: Tensor, weights_c: Tensor):
+            predicted = hidden_c[:, :, 1:]
+            logits = head.logits(predicted).float()
+            token_ce = torch.logsumexp(logits, -1) - logits.gather(-1, labels_c[..., None])[..., 0]
+            supervised = weights_c > 0
+            correct = (logits.argmax(-1) == labels_c) & supervised
+            cands = candidate_set(
+                logits, labels_c, config.selector_top_k, config.selector_gold_policy
+            )
+            scores = selector.score(predicted, previous_c, cands.tokens, cands.unary)
+            selector_ce = (
+                torch.logsumexp(scores, -1) - scores.gather(-1, cands.target[..., None])[..., 0]
+            )
+            selector_weights = weights_c * cands.usable
+            dflash_sum = (token_ce * weights_c).sum()
+            selector_sum = (selector_ce * selector_weights).sum()
+            numerator = dflash_sum + config.selector_loss_weight * selector_sum
+            used = supervised & cands.usable
+            selector_correct = (scores.argmax(-1) == cands.target) & used
+            return (
+                numerator,
+                dflash_sum.detach(),
+                selector_sum.detach(),
+                correct.sum((0, 1)).float(),
+                supervised.sum((0, 1)).float(),
+                leading_run(correct).sum().float(),
+                (cands.hit & supervised).sum().float(),
+                used.sum().float(),
+                selector_correct.sum().float(),
+            )
+
+        sums = chunked_sums(
+            chunk_sums, (hidden, labels, previous, weights), spec.logits_chunk_blocks
+        )
+        (numerator, dflash_sum, selector_sum, correct_pos, count_pos, accepted) = sums[:6]
+        recall_hits, selector_count, selector_correct = sums[6:]
+        metrics = {
+            "weighted_ce": dflash_sum,
+            "selector_weighted_ce": selector_sum,
+            "correct": correct_pos.sum(),
+            "count": count_pos.sum(),
+            "correct_per_pos": correct_pos,
+            "count_per_pos": count_pos,
+            "accepted": accepted,
+            "blocks": targets.keep.sum().float(),
+            "selector_recall_hits": recall_hits,
+            "selector_count": selector_count,
+            "selector_correct": selector_correct,
+        }
+        return DraftLoss(numerator, weights.sum().detach(), metrics)
+
+    def greedy_tokens(self, hidden: Tensor, anchor_tokens: Tensor, head: TargetHead) -> Tensor:
+        """Walk the selector's best path from the anchor over offsets 1..bs-1."""
+        predicted = hidden[:, :, 1:]
+        return self.candidate_selector.walk(
+            predicted, lambda step: head.logits(predicted[:, :, step]), anchor_tokens
+        )
+
+
+DFlash2Draft = DFlash2DraftModel

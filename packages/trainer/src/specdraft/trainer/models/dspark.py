@@ -1,0 +1,149 @@
+"""DSpark: the DFlash backbone with shifted labels, a Markov head and a confidence head.
+
+Offset k = 0..bs-1 of a block predicts the token at anchor + k + 1 (so the anchor slot is
+supervised); supervision stops at the block's first unsupervised label. Per supervised slot:
+
+    logits  = lm_head(h_k) + markov_bias(prev_k, h_k)       prev_k = token at anchor + k
+    L1      = sum_v |p_draft(v) - p_target(v)|              p_target = softmax(lm_head(t_(a+k)))
+    accept  = clamp(1 - L1 / 2, 0, 1), detached
+    loss_k  = ce_w * CE + l1_w * L1 + conf_w * BCE(sigmoid(conf_k), accept)
+    w_k     = exp(-k / gamma) * [labels at anchor+1..anchor+k+1 all supervised]
+
+with t = `target_last_hidden_states` (the target's normed final state; its position anchor + k
+holds the target's distribution of the token at anchor + k + 1) and every probability in fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .backbone import BlockTargets, DraftModel
+from .config import DSparkConfig
+from .layers import DFlashDecoderLayer
+from .losses import DraftLoss, chunked_sums, decay_weights, leading_run
+from .markov import ConfidenceHead, build_markov_head
+from .spec import DraftTrainSpec
+from .target import TargetHead
+
+
+class Qwen3DSparkModel(DraftModel):
+    """The DSpark draft (architecture `Qwen3DSparkModel`, as SGLang names it); `DSparkDraft`."""
+
+    config_class = DSparkConfig
+    extra_batch_keys = ("target_last_hidden_states",)
+
+    def __init__(self, config: DSparkConfig) -> None:
+        super().__init__(config)
+        self.markov_head = build_markov_head(
+            config.markov_head_type, config.vocab_size, config.markov_rank, config.hidden_size
+        )
+        self.confidence_head = None
+        if config.enable_confidence_head:
+            self.confidence_head = ConfidenceHead(
+                config.hidden_size, config.markov_rank, config.confidence_head_with_markov
+            )
+        self.post_init()
+
+    def make_layer(self, config: DSparkConfig, index: int) -> nn.Module:
+        """A plain DFlash decoder layer."""
+        return DFlashDecoderLayer(
+            config.hidden_size,
+            config.intermediate_size,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+            config.rms_norm_eps,
+        )
+
+    def objective(
+        self,
+        hidden: Tensor,
+        targets: BlockTargets,
+        batch: dict[str, Tensor],
+        head: TargetHead,
+        spec: DraftTrainSpec,
+    ) -> DraftLoss:
+        """The combined DSpark loss as sums over the contiguous supervised slots."""
+        block = self.block_size
+        labels = targets.gold[:, :, 1:]
+        previous = targets.gold[:, :, :block]
+        target_positions = targets.positions[:, :, :block]
+        contiguous = torch.cumprod(targets.supervised[:, :, 1:].to(torch.int64), dim=-1).bool()
+        weights = contiguous.float() * decay_weights(block, spec.loss_decay_gamma, hidden.device)
+        target_last = batch["target_last_hidden_states"]
+        config = self.config
+        markov, confidence = self.markov_head, self.confidence_head
+
+        def chunk_sums(hidden_c, labels_c, previous_c, positions_c, weights_c):
+            batch_size, chunk, slots, width = hidden_c.shape
+            bias = markov.block_bias(hidden_c, previous_c).float()
+            logits = head.logits(hidden_c).float() + bias
+            log_probs = torch.log_softmax(logits, -1)
+            token_ce = -log_probs.gather(-1, labels_c[..., None])[..., 0]
+            index = positions_c.reshape(batch_size, chunk * slots, 1).expand(-1, -1, width)
+            target_hidden = torch.gather(target_last, 1, index).view(hidden_c.shape)
+            with torch.no_grad():
+                target_probs = torch.softmax(head.logits(target_hidden).float(), -1)
+            l1 = (log_probs.exp() - target_probs).abs().sum(-1)
+            accept = (1.0 - l1.detach() / 2.0).clamp(0.0, 1.0)
+            per_token = config.ce_weight * token_ce + config.l1_weight * l1
+            bce = torch.zeros_like(l1)
+            if confidence is not None:
+                logit = confidence(hidden_c, markov.embed(previous_c)).float()
+                bce = F.binary_cross_entropy_with_logits(logit, accept, reduction="none")
+                per_token = per_token + config.confidence_weight * bce
+            supervised = weights_c > 0
+            correct = (logits.argmax(-1) == labels_c) & supervised
+
+            def masked(values: Tensor) -> Tensor:
+                return (values.detach() * supervised).sum()
+
+            return (
+                (per_token * weights_c).sum(),
+                masked(token_ce),
+                masked(l1),
+                masked(accept),
+                masked(bce),
+                correct.sum((0, 1)).float(),
+                supervised.sum((0, 1)).float(),
+                leading_run(correct).sum().float(),
+            )
+
+        sums = chunked_sums(
+            chunk_sums,
+            (hidden, labels, previous, target_positions, weights),
+            spec.logits_chunk_blocks,
+        )
+        numerator, ce_sum, l1_sum, accept_sum, bce_sum, correct_pos, count_pos, accepted = sums
+        metrics = {
+            "ce_sum": ce_sum,
+            "l1_sum": l1_sum,
+            "accept_sum": accept_sum,
+            "confidence_bce_sum": bce_sum,
+            "correct": correct_pos.sum(),
+            "count": count_pos.sum(),
+            "correct_per_pos": correct_pos,
+            "count_per_pos": count_pos,
+            "accepted": accepted,
+            "blocks": targets.keep.sum().float(),
+        }
+        return DraftLoss(numerator, weights.sum().detach(), metrics)
+
+    def greedy_tokens(self, hidden: Tensor, anchor_tokens: Tensor, head: TargetHead) -> Tensor:
+        """Slots 0..bs-2 decoded in order, each Markov bias fed the token chosen before."""
+        markov = self.markov_head
+        previous = anchor_tokens
+        state = markov.initial_state(hidden[:, :, 0])
+        chosen = []
+        for slot in range(self.block_size - 1):
+            slot_hidden = hidden[:, :, slot]
+            state, bias = markov.step(state, slot_hidden, previous)
+            logits = head.logits(slot_hidden).float() + bias.float()
+            previous = logits.argmax(-1)
+            chosen.append(previous)
+        return torch.stack(chosen, dim=-1)
+
+
+DSparkDraft = Qwen3DSparkModel

@@ -1,0 +1,46 @@
+"""build_draft: the one place that turns a specdraft ModelConfig into a draft model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .backbone import DraftModel
+from .config import DFlash2Config, DSparkConfig, draft_config_from
+from .dflash2 import DFlash2DraftModel
+from .dspark import Qwen3DSparkModel
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def build_draft(
+    cfg_model: Any,
+    target_config: Any,
+    *,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> DraftModel:
+    """A freshly initialised draft for `cfg_model` (specdraft ModelConfig) and the target config.
+
+    `dtype` overrides `cfg_model.dtype` (e.g. float32 for CPU tests); `device="meta"` builds the
+    shapes without memory (parameter counts, deferred init).
+    """
+    config = draft_config_from(cfg_model, target_config)
+    torch_dtype = dtype or _DTYPES[cfg_model.dtype]
+    config.dtype = torch_dtype
+    model_class = DFlash2DraftModel if isinstance(config, DFlash2Config) else Qwen3DSparkModel
+    assert isinstance(config, (DFlash2Config, DSparkConfig))
+    with torch.device(device) if device is not None else _no_device():
+        model = model_class(config)
+    return model.to(torch_dtype)
+
+
+class _no_device:
+    """A do-nothing context (torch.device(None) is not a context manager)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None

@@ -1,0 +1,85 @@
+"""Loss bookkeeping shared by the draft families: decay weights, chunked logits, sums.
+
+Every objective returns sums, never means: `numerator` (weighted per-token losses, with grad)
+and `denominator` (sum of the weights), plus metric sums. The trainer adds them up over the
+accumulation window and the data-parallel ranks and divides once, so the loss is the exact
+token-weighted mean whatever the micro-batch split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+
+@dataclass
+class DraftLoss:
+    """Sums of one draft forward: numerator (grad), denominator (no grad), metric sums."""
+
+    numerator: Tensor
+    denominator: Tensor
+    metrics: dict[str, Tensor] = field(default_factory=dict)
+
+    def mean(self) -> Tensor:
+        """numerator / denominator of this micro-batch alone (for tests and single steps)."""
+        return self.numerator / self.denominator.clamp_min(1e-12)
+
+
+def decay_weights(num_slots: int, gamma: float, device: torch.device) -> Tensor:
+    """exp(-j / gamma) for the j-th supervised slot of a block, j = 0..num_slots-1.
+
+    DFlash2 supervises offsets k = 1..bs-1 with exp(-(k-1)/gamma); DSpark supervises offsets
+    k = 0..bs-1 with exp(-k/gamma). Both are exp(-j/gamma) over their own slots.
+    """
+    slots = torch.arange(num_slots, dtype=torch.float32, device=device)
+    return torch.exp(-slots / gamma)
+
+
+def block_targets(
+    input_ids: Tensor, loss_mask: Tensor, anchors: Tensor, keep: Tensor, block_size: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Gold tokens, supervision flags and positions at anchor + j, j = 0..block_size.
+
+    Returns `gold` [B, N, bs+1] (int64), `supervised` [B, N, bs+1] (bool: inside the sequence,
+    loss_mask set, block kept) and `positions` [B, N, bs+1] (clamped into the sequence).
+    """
+    length = input_ids.shape[1]
+    offsets = torch.arange(block_size + 1, device=anchors.device)
+    raw = anchors[:, :, None] + offsets
+    positions = raw.clamp(max=length - 1)
+    flat = positions.flatten(1)
+    gold = torch.gather(input_ids, 1, flat).view_as(positions)
+    labelled = torch.gather(loss_mask, 1, flat).view_as(positions).bool()
+    supervised = labelled & (raw < length) & keep[:, :, None]
+    return gold, supervised, positions
+
+
+def chunked_sums(
+    fn: Callable[..., tuple[Tensor, ...]],
+    per_block: tuple[Tensor, ...],
+    chunk_blocks: int,
+) -> tuple[Tensor, ...]:
+    """Sum `fn(*chunk)` over chunks of `chunk_blocks` blocks (dim 1 of every tensor).
+
+    With grad enabled each chunk runs under activation checkpointing, so its full-vocabulary
+    logits are freed after the forward and recomputed in the backward: peak logits memory is
+    one chunk, never all blocks. The chunk count depends on static shapes only.
+    """
+    num_blocks = per_block[0].shape[1]
+    totals: tuple[Tensor, ...] | None = None
+    for start in range(0, num_blocks, chunk_blocks):
+        chunk = tuple(t[:, start : start + chunk_blocks] for t in per_block)
+        grad = torch.is_grad_enabled()
+        out = checkpoint(fn, *chunk, use_reentrant=False) if grad else fn(*chunk)
+        totals = out if totals is None else tuple(a + b for a, b in zip(totals, out, strict=True))
+    assert totals is not None
+    return totals
+
+
+def leading_run(flags: Tensor) -> Tensor:
+    """Length of the leading run of True along the last dim (accepted tokens of a block)."""
+    return torch.cumprod(flags.to(torch.int64), dim=-1).sum(-1)
