@@ -7,13 +7,10 @@ from pathlib import Path
 import pytest
 
 from specdraft.collate import resolve_static_length, suggest_buckets
-from specdraft.collate.explain import (
-    LengthSource,
-    build_report,
-    read_lengths_file,
-    render_text,
-    save_plot,
-)
+from specdraft.collate.explain import build_report
+from specdraft.collate.explain_text import render_text
+from specdraft.collate.histogram import save_plot
+from specdraft.collate.length_source import LengthSource, read_lengths_file
 from specdraft.config import load_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "qwen3-8b-dflash2-2048.toml"

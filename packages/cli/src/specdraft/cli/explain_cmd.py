@@ -25,7 +25,7 @@ def _config_error_text(err: Exception, overrides: tuple[str, ...]) -> str:
 
 def _corpus_source(config: Any) -> Any:
     """Tokenise the corpus as training would (with a progress bar) and return its lengths."""
-    from specdraft.collate.explain import LengthSource
+    from specdraft.collate.length_source import LengthSource
     from specdraft.trainer.data import corpus_lengths
 
     corpus = corpus_lengths(config, progress=True)
@@ -110,14 +110,10 @@ def explain_buckets(
         _fail(_config_error_text(err, overrides))
 
     # torch comes in with the collate package: only after the config is known to be good.
-    from specdraft.collate.explain import (
-        LengthSource,
-        build_report,
-        read_lengths_file,
-        render_json,
-        render_text,
-        save_plot,
-    )
+    from specdraft.collate.explain import build_report
+    from specdraft.collate.explain_text import render_json, render_text
+    from specdraft.collate.histogram import save_plot
+    from specdraft.collate.length_source import LengthSource, read_lengths_file
 
     max_length = config.data.max_length
     if longest:

@@ -1,0 +1,138 @@
+"""Rendering of the explain-buckets report: text for people, JSON for machines."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from specdraft.config import BUCKET_QUANTUM
+
+from .histogram import render_histogram
+
+
+def render_json(report: dict[str, Any]) -> str:
+    """The report as indented JSON."""
+    return json.dumps(report, indent=2)
+
+
+def _source_line(source: dict[str, Any]) -> str:
+    if source["kind"] == "longest":
+        return f"{source['description']} (no corpus: one micro-batch)"
+    count = source["samples"]
+    line = f"{source['description']}: {count} sample{'' if count == 1 else 's'}"
+    notes = []
+    skipped = source["skipped"]
+    if skipped:
+        reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(skipped.items()))
+        notes.append(f"skipped {sum(skipped.values())} ({reasons})")
+    if source["dropped_incomplete"]:
+        notes.append(f"{source['dropped_incomplete']} incomplete record(s) dropped")
+    if source["truncated_to_max_length"]:
+        notes.append(f"{source['truncated_to_max_length']} truncated to max_length")
+    return line + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def _sampler_words(report: dict[str, Any]) -> str:
+    words = {
+        "random": "random order",
+        "length_grouped": "length-grouped order",
+        "bucket_synchronized": "bucket-synchronised ranks",
+    }
+    return (
+        f"micro_batch_size {report['micro_batch_size']}, {report['num_replicas']} rank(s), "
+        f"{words[report['sampler']]} (seed {report['seed']})"
+    )
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """The report for people: policy, per-bucket table, policies side by side, warnings."""
+    policy = report["pad_policy"]
+    appended = (
+        f" (max_length {report['max_length']} appended)" if policy["max_length_appended"] else ""
+    )
+    lines = [
+        f"explain-buckets: {report['config']}",
+        f"  data        {_source_line(report['source'])}",
+        f"  batching    {_sampler_words(report)}",
+        f"  pad policy  {policy['description']}{appended}",
+        "",
+    ]
+    if report["longest"] is not None:
+        lines += _render_longest(report)
+    else:
+        lines += _render_corpus(report)
+    if report["compile_plan"] is not None:
+        lines += ["compile plan", f"  {report['compile_plan']['description']}", ""]
+    if report["histogram"] is not None:
+        lines += [*render_histogram(report["histogram"]), ""]
+    if report["warnings"]:
+        lines.append("warnings")
+        lines += [f"  ! [{w['code']}] {w['message']}" for w in report["warnings"]]
+        lines.append("")
+    if report["suggestion"] is not None:
+        lines += _render_suggestion(report["suggestion"])
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _render_corpus(report: dict[str, Any]) -> list[str]:
+    lines = []
+    if report["buckets"]:
+        lines.append("per bucket (the configured policy, one epoch)")
+        lines.append(
+            f"  {'bucket':>7}  {'micro-batches':>13}  {'share':>6}  "
+            f"{'mean real tokens/sample':>23}  {'padding':>7}"
+        )
+        for b in report["buckets"]:
+            if not b["micro_batches"]:
+                lines.append(f"  {b['length']:>7}  {0:>13}  {0:>6.1%}  {'-':>23}  {'-':>7}")
+                continue
+            lines.append(
+                f"  {b['length']:>7}  {b['micro_batches']:>13}  {b['share']:>6.1%}  "
+                f"{b['mean_real_tokens']:>23.1f}  {b['padding_share']:>7.1%}"
+            )
+        lines.append("")
+    lines.append("policies side by side (computed positions = rows x padded length)")
+    names = [p["name"] + (" (configured)" if p["configured"] else "") for p in report["policies"]]
+    name_width = max(len("policy"), *map(len, names))
+    pads_width = max(len("pads to"), *(len(p["description"]) for p in report["policies"]))
+    lines.append(
+        f"  {'policy':<{name_width}}  {'pads to':<{pads_width}}  {'positions/real token':>20}  "
+        f"{'vs longest':>10}"
+    )
+    for name, p in zip(names, report["policies"], strict=True):
+        lines.append(
+            f"  {name:<{name_width}}  {p['description']:<{pads_width}}  "
+            f"{p['positions_per_real_token']:>20.3f}  {p['ratio_to_longest']:>9.3f}x"
+        )
+    lines.append("")
+    return lines
+
+
+def _render_longest(report: dict[str, Any]) -> list[str]:
+    longest = report["longest"]["longest"]
+    lines = [f"one micro-batch whose longest sample has {longest} tokens"]
+    lines.append(f"  {'policy':<22}  {'pads to':>8}  {'positions':>10}  {'vs longest':>10}")
+    for p in report["policies"]:
+        name = p["name"] + (" (configured)" if p["configured"] else "")
+        lines.append(
+            f"  {name:<22}  {p['pads_to']:>8}  {p['computed_positions']:>10}  "
+            f"{p['ratio_to_longest']:>9.3f}x"
+        )
+    lines.append("")
+    return lines
+
+
+def _render_suggestion(suggestion: dict[str, Any]) -> list[str]:
+    buckets = ", ".join(str(b) for b in suggestion["buckets"])
+    line = (
+        f"  {buckets}: {suggestion['positions_per_real_token']:.3f} positions/real token, "
+        f"{suggestion['ratio_to_longest']:.3f}x pad-to-longest"
+    )
+    if suggestion["ratio_to_configured"] is not None:
+        line += f", {suggestion['ratio_to_configured']:.3f}x the configured buckets"
+    return [
+        f"suggested buckets (k={suggestion['k']}, exact over the {BUCKET_QUANTUM}-token grid, "
+        f"{suggestion['sampler'].replace('_', '-')} micro-batches)",
+        line,
+        f"  static_shape_buckets = [{buckets}]",
+    ]
