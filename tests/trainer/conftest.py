@@ -1,0 +1,125 @@
+"""Fixtures of the trainer tests. Each block below belongs to one area; keep them independent."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+# ------------------------------------------------------------------ draft models (issue 4)
+# A random tiny Qwen3 target saved as safetensors, a ModelConfig factory for it, and a batch
+# factory that computes each sample's target features at its own length and zero-pads them, as
+# the collator does, so a sample's features are bit-identical whatever it is padded to.
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyTarget:
+    """A random tiny Qwen3ForCausalLM on disk and in memory."""
+
+    path: str
+    model: object
+    vocab_size: int
+    mask_token_id: int
+    layer_ids: tuple[int, ...]
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_target(tmp_path_factory) -> TinyTarget:
+    """A random 4-layer Qwen3 target (hidden 32, vocab 96, GQA 4/2) saved as safetensors."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(1234)
+    config = Qwen3Config(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+    )
+    model = Qwen3ForCausalLM(config).eval()
+    folder = tmp_path_factory.mktemp("tiny-qwen3-target")
+    model.save_pretrained(folder)
+    return TinyTarget(str(folder), model, 96, 95, (0, 2))
+
+
+@pytest.fixture
+def draft_model_config(tiny_qwen3_target):
+    """Factory: a specdraft ModelConfig for the tiny target, `algorithm` plus overrides."""
+    from specdraft.config.schema import ModelConfig
+
+    def make(algorithm: str, **overrides):
+        values = {
+            "target": tiny_qwen3_target.path,
+            "algorithm": algorithm,
+            "block_size": 4,
+            "num_draft_layers": 2,
+            "target_layer_ids": list(tiny_qwen3_target.layer_ids),
+            "mask_token_id": tiny_qwen3_target.mask_token_id,
+            "dflash2": {
+                "selector_gold_policy": "exclude",
+                "conv_group_size": 8,
+                "selector_top_k": 4,
+                "selector_rank": 8,
+            },
+            "dspark": {"markov_rank": 8},
+        }
+        for key, value in overrides.items():
+            if isinstance(value, dict) and isinstance(values.get(key), dict):
+                values[key] = {**values[key], **value}
+            else:
+                values[key] = value
+        return ModelConfig(**values)
+
+    return make
+
+
+@pytest.fixture
+def make_draft_batch(tiny_qwen3_target):
+    """Factory: collate samples [(input_ids [L], loss_mask [L], sample_id)] padded to `pad_to`."""
+    from specdraft.trainer.models import TargetFeatureExtractor
+
+    extractor = TargetFeatureExtractor(tiny_qwen3_target.model, list(tiny_qwen3_target.layer_ids))
+
+    def make(samples, pad_to: int, dtype: torch.dtype = torch.float32) -> dict:
+        rows = {"input_ids": [], "loss_mask": [], "hidden_states": [], "last": []}
+        for input_ids, loss_mask, _ in samples:
+            length = input_ids.shape[0]
+            features, last = extractor(input_ids[None], torch.ones(1, length, dtype=torch.long))
+            pad = pad_to - length
+            rows["input_ids"].append(torch.nn.functional.pad(input_ids, (0, pad)))
+            rows["loss_mask"].append(torch.nn.functional.pad(loss_mask, (0, pad)))
+            rows["hidden_states"].append(torch.nn.functional.pad(features[0], (0, 0, 0, pad)))
+            rows["last"].append(torch.nn.functional.pad(last[0], (0, 0, 0, pad)))
+        return {
+            "input_ids": torch.stack(rows["input_ids"]),
+            "loss_mask": torch.stack(rows["loss_mask"]),
+            "hidden_states": torch.stack(rows["hidden_states"]).to(dtype),
+            "target_last_hidden_states": torch.stack(rows["last"]).to(dtype),
+            "sample_id": torch.tensor([sid for _, _, sid in samples], dtype=torch.long),
+        }
+
+    return make
+
+
+@pytest.fixture
+def random_samples(tiny_qwen3_target):
+    """Factory: `count` random samples with a prompt prefix unsupervised and a gap or two."""
+
+    def make(lengths: list[int], seed: int = 0):
+        generator = torch.Generator().manual_seed(seed)
+        samples = []
+        for index, length in enumerate(lengths):
+            ids = torch.randint(0, tiny_qwen3_target.mask_token_id, (length,), generator=generator)
+            mask = torch.ones(length, dtype=torch.long)
+            mask[: max(1, length // 4)] = 0  # the prompt
+            if length > 12:
+                mask[length // 2] = 0  # a user turn between two assistant turns
+            samples.append((ids, mask, 1000 + 7 * index + seed))
+        return samples
+
+    return make
