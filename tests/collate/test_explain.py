@@ -9,7 +9,7 @@ import pytest
 from specdraft.collate import resolve_static_length, suggest_buckets
 from specdraft.collate.explain import build_report
 from specdraft.collate.explain_text import render_text
-from specdraft.collate.histogram import save_plot
+from specdraft.collate.histogram import render_histogram, save_plot
 from specdraft.collate.length_source import LengthSource, read_lengths_file
 from specdraft.config import load_config
 
@@ -119,8 +119,20 @@ def test_histogram_counts_every_sample_and_marks_every_edge() -> None:
     ends = {b["end"] for b in histogram["bins"]}
     assert set(histogram["edges"]) <= ends
     assert set(histogram["suggested_edges"]) <= ends
+    assert len(histogram["bins"]) <= 32
     for b in histogram["bins"]:
         assert b["count"] == sum(b["start"] <= n <= b["end"] for n in lengths)
+
+
+def test_long_max_length_keeps_the_histogram_short_and_every_edge_marked() -> None:
+    lengths = [1 + (i * 4099) % 8192 for i in range(300)]
+    report = report_for(lengths, "data.max_length=8192", "training.static_shape_buckets=[1408]")
+    histogram = report["histogram"]
+    assert len(histogram["bins"]) <= 32
+    assert sum(b["count"] for b in histogram["bins"]) == len(lengths)
+    text = "\n".join(render_histogram(histogram))
+    for edge in (1408, 8192):
+        assert f"--- bucket {edge}" in text
 
 
 def test_text_report_shows_the_policies_warnings_and_suggestion() -> None:

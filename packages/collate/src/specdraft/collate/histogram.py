@@ -12,24 +12,24 @@ HISTOGRAM_MAX_ROWS = 32
 HISTOGRAM_BAR_WIDTH = 40
 
 
-def _bin_width(max_length: int, edges: Sequence[int]) -> int:
-    """The narrowest multiple of 128 that fits the rows and on which every edge falls."""
+def _bin_width(max_length: int, configured: Sequence[int], suggested: Sequence[int]) -> int:
+    """The narrowest multiple of 128 that fits the rows, with as many edges on bin ends as fit."""
     cells = -(-max_length // BUCKET_QUANTUM)
-    for factor in range(1, cells + 1):
-        width = factor * BUCKET_QUANTUM
-        if all(edge % width == 0 for edge in edges) and -(-max_length // width) <= (
-            HISTOGRAM_MAX_ROWS
-        ):
-            return width
-    # No width both aligns every edge and fits the rows: keep the edges exact.
-    return BUCKET_QUANTUM
+    # Configured edges matter more than suggested ones; a readable height matters most.
+    for edges in ([*configured, *suggested], list(configured), []):
+        for factor in range(1, cells + 1):
+            width = factor * BUCKET_QUANTUM
+            rows = -(-max_length // width)
+            if rows <= HISTOGRAM_MAX_ROWS and all(edge % width == 0 for edge in edges):
+                return width
+    return BUCKET_QUANTUM * -(-cells // HISTOGRAM_MAX_ROWS)
 
 
 def length_histogram(
     lengths: Sequence[int], max_length: int, edges: Sequence[int], suggested: Sequence[int] = ()
 ) -> dict[str, Any]:
     """Sample counts per length bin, with the bucket edges (configured and suggested)."""
-    width = _bin_width(max_length, [*edges, *suggested])
+    width = _bin_width(max_length, edges, suggested)
     rows = -(-max_length // width)
     counts = [0] * rows
     for length in lengths:
@@ -46,7 +46,7 @@ def length_histogram(
 
 
 def render_histogram(histogram: dict[str, Any]) -> list[str]:
-    """The histogram as terminal lines; a rule after each bin that ends on a bucket edge."""
+    """The histogram as terminal lines; after each bin, a rule for the bucket edges inside it."""
     bins = histogram["bins"]
     peak = max((b["count"] for b in bins), default=0) or 1
     edges, suggested = set(histogram["edges"]), set(histogram["suggested_edges"])
@@ -62,10 +62,10 @@ def render_histogram(histogram: dict[str, Any]) -> list[str]:
             bar = "."
         lines.append(f"  {label} | {bar.ljust(HISTOGRAM_BAR_WIDTH)} {b['count']}")
         marks = []
-        if b["end"] in edges:
-            marks.append(f"--- bucket {b['end']}")
-        if b["end"] in suggested:
-            marks.append(f"... suggested {b['end']}")
+        for edge in sorted(e for e in edges if b["start"] <= e <= b["end"]):
+            marks.append(f"--- bucket {edge}" + ("" if edge == b["end"] else " (inside the bin)"))
+        for edge in sorted(e for e in suggested if b["start"] <= e <= b["end"]):
+            marks.append(f"... suggested {edge}" + ("" if edge == b["end"] else " (inside)"))
         if marks:
             lines.append(f"  {' ' * label_width} +{'  '.join(marks)}")
     return lines
