@@ -473,6 +473,17 @@ class DisaggregatedConfig(_Section):
     max_producer_restarts: NonNegInt = Field(
         3, description="Times the launcher restarts a crashed producer before the run fails."
     )
+    controller_host: str = Field(
+        "127.0.0.1",
+        description="Address the producer's window controller binds to (trainer ranks fetch "
+        "windows and acknowledge steps there); use a reachable address such as 0.0.0.0 when "
+        "trainer ranks run on other machines.",
+    )
+    controller_port: NonNegInt = Field(
+        0,
+        description="Port of the window controller; 0 = any free port. The producer writes its "
+        "URL to <output_dir>/disagg/controller.json, where trainer ranks look it up.",
+    )
 
 
 class DeploymentConfig(_Section):
