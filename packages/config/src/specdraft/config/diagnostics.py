@@ -85,7 +85,9 @@ def _attribute(problem: Problem, overrides: Iterable[str]) -> Problem:
         except ValueError:
             continue
         if tuple(problem.key[: len(parts)]) == tuple(parts):
-            return Problem(problem.code, problem.key, f"{problem.message} (from --set {item})")
+            # The file's own value was replaced, so point at its key (or table), not inside it.
+            message = f"{problem.message} (from --set {item})"
+            return Problem(problem.code, problem.key, message, "key", tuple(parts))
     return problem
 
 

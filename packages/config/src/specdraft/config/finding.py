@@ -18,6 +18,8 @@ class Problem:
     message: str
     # Point at the key (unknown key, missing key's table) or at its value (wrong value).
     at: Literal["key", "value"] = "value"
+    # Where to point when that is not `key` itself (a value set by --set is not in the file).
+    anchor: KeyPath | None = None
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,8 @@ def display_path(path: str) -> str:
 
 def place(problem: Problem, path: str, index: PositionIndex | None) -> Finding:
     """Give a problem its file, line and column."""
-    line, col = index.locate(problem.key, at=problem.at) if index is not None else (1, 1)
+    where = problem.key if problem.anchor is None else problem.anchor
+    line, col = index.locate(where, at=problem.at) if index is not None else (1, 1)
     entry = get(problem.code)
     return Finding(
         path=display_path(path),

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def dump_toml(data: Mapping[str, Any], *, header: str = "") -> str:
@@ -38,7 +38,7 @@ def _write_table(lines: list[str], path: tuple[str, ...], table: Mapping[str, An
 
 
 def _key(name: str) -> str:
-    return name if _BARE_KEY.match(name) else _string(name)
+    return name if _BARE_KEY.fullmatch(name) else _string(name)
 
 
 def toml_value(value: Any) -> str:
