@@ -21,7 +21,7 @@ from .backbone import BlockTargets, DraftModel
 from .config import DFlash2Config
 from .conv import BlockDepthwiseConv
 from .layers import DFlashDecoderLayer, RotaryTables
-from .losses import DraftLoss, chunked_sums, decay_weights, leading_run
+from .losses import DraftLoss, chunked_sums, decay_weights, leading_run, upcast
 from .selector import CandidateSelector, candidate_set
 from .spec import DraftTrainSpec
 from .target import TargetHead
@@ -99,16 +99,17 @@ class DFlash2DraftModel(DraftModel):
     ) -> DraftLoss:
         """DFlash CE plus the selector CE, as sums over offsets 1..bs-1 of the kept blocks."""
         slots = self.block_size - 1
-        decay = decay_weights(slots, spec.loss_decay_gamma, hidden.device)
+        loss_dtype = upcast(hidden).dtype
+        decay = decay_weights(slots, spec.loss_decay_gamma, hidden.device, loss_dtype)
         labels = targets.gold[:, :, 1 : self.block_size]
         previous = targets.gold[:, :, : self.block_size - 1]
-        weights = targets.supervised[:, :, 1 : self.block_size].float() * decay
+        weights = targets.supervised[:, :, 1 : self.block_size].to(loss_dtype) * decay
         config = self.config
         selector = self.candidate_selector
 
         def chunk_sums(hidden_c: Tensor, labels_c: Tensor, previous_c: Tensor, weights_c: Tensor):
             predicted = hidden_c[:, :, 1:]
-            logits = head.logits(predicted).float()
+            logits = upcast(head.logits(predicted))
             token_ce = torch.logsumexp(logits, -1) - logits.gather(-1, labels_c[..., None])[..., 0]
             supervised = weights_c > 0
             correct = (logits.argmax(-1) == labels_c) & supervised

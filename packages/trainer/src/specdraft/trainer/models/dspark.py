@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from .backbone import BlockTargets, DraftModel
 from .config import DSparkConfig
 from .layers import DFlashDecoderLayer
-from .losses import DraftLoss, chunked_sums, decay_weights, leading_run
+from .losses import DraftLoss, chunked_sums, decay_weights, leading_run, upcast
 from .markov import ConfidenceHead, build_markov_head
 from .spec import DraftTrainSpec
 from .target import TargetHead
@@ -71,27 +71,29 @@ class Qwen3DSparkModel(DraftModel):
         previous = targets.gold[:, :, :block]
         target_positions = targets.positions[:, :, :block]
         contiguous = torch.cumprod(targets.supervised[:, :, 1:].to(torch.int64), dim=-1).bool()
-        weights = contiguous.float() * decay_weights(block, spec.loss_decay_gamma, hidden.device)
+        loss_dtype = upcast(hidden).dtype
+        decay = decay_weights(block, spec.loss_decay_gamma, hidden.device, loss_dtype)
+        weights = contiguous.to(loss_dtype) * decay
         target_last = batch["target_last_hidden_states"]
         config = self.config
         markov, confidence = self.markov_head, self.confidence_head
 
         def chunk_sums(hidden_c, labels_c, previous_c, positions_c, weights_c):
             batch_size, chunk, slots, width = hidden_c.shape
-            bias = markov.block_bias(hidden_c, previous_c).float()
-            logits = head.logits(hidden_c).float() + bias
+            bias = upcast(markov.block_bias(hidden_c, previous_c))
+            logits = upcast(head.logits(hidden_c)) + bias
             log_probs = torch.log_softmax(logits, -1)
             token_ce = -log_probs.gather(-1, labels_c[..., None])[..., 0]
             index = positions_c.reshape(batch_size, chunk * slots, 1).expand(-1, -1, width)
             target_hidden = torch.gather(target_last, 1, index).view(hidden_c.shape)
             with torch.no_grad():
-                target_probs = torch.softmax(head.logits(target_hidden).float(), -1)
+                target_probs = torch.softmax(upcast(head.logits(target_hidden)), -1)
             l1 = (log_probs.exp() - target_probs).abs().sum(-1)
             accept = (1.0 - l1.detach() / 2.0).clamp(0.0, 1.0)
             per_token = config.ce_weight * token_ce + config.l1_weight * l1
             bce = torch.zeros_like(l1)
             if confidence is not None:
-                logit = confidence(hidden_c, markov.embed(previous_c)).float()
+                logit = upcast(confidence(hidden_c, markov.embed(previous_c)))
                 bce = F.binary_cross_entropy_with_logits(logit, accept, reduction="none")
                 per_token = per_token + config.confidence_weight * bce
             supervised = weights_c > 0
@@ -140,7 +142,7 @@ class Qwen3DSparkModel(DraftModel):
         for slot in range(self.block_size - 1):
             slot_hidden = hidden[:, :, slot]
             state, bias = markov.step(state, slot_hidden, previous)
-            logits = head.logits(slot_hidden).float() + bias.float()
+            logits = upcast(head.logits(slot_hidden)) + upcast(bias)
             previous = logits.argmax(-1)
             chosen.append(previous)
         return torch.stack(chosen, dim=-1)

@@ -29,13 +29,20 @@ class DraftLoss:
         return self.numerator / self.denominator.clamp_min(1e-12)
 
 
-def decay_weights(num_slots: int, gamma: float, device: torch.device) -> Tensor:
+def upcast(x: Tensor) -> Tensor:
+    """x in at least fp32: bf16/fp16 logits become fp32, fp32/fp64 stay (float64 tests)."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
+def decay_weights(
+    num_slots: int, gamma: float, device: torch.device, dtype: torch.dtype = torch.float32
+) -> Tensor:
     """exp(-j / gamma) for the j-th supervised slot of a block, j = 0..num_slots-1.
 
     DFlash2 supervises offsets k = 1..bs-1 with exp(-(k-1)/gamma); DSpark supervises offsets
     k = 0..bs-1 with exp(-k/gamma). Both are exp(-j/gamma) over their own slots.
     """
-    slots = torch.arange(num_slots, dtype=torch.float32, device=device)
+    slots = torch.arange(num_slots, dtype=dtype, device=device)
     return torch.exp(-slots / gamma)
 
 

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .losses import upcast
+
 GOLD_POLICIES = ("exclude", "insert")
 
 
@@ -39,7 +41,7 @@ def candidate_set(logits: Tensor, gold: Tensor, top_k: int, policy: str) -> Cand
     """Top-k candidates of `logits` [.., V] for gold tokens [..] under a gold policy."""
     if policy not in GOLD_POLICIES:
         raise ValueError(f"selector_gold_policy must be 'exclude' or 'insert', got {policy!r}")
-    logits = logits.detach().float()
+    logits = upcast(logits.detach())
     unary, tokens = torch.topk(logits, top_k, dim=-1)
     matches = tokens == gold[..., None]
     hit = matches.any(-1)
@@ -77,7 +79,7 @@ class CandidateSelector(nn.Module):
         context = F.embedding(previous, self.predecessor_codebook) * self.hidden_projection(hidden)
         successors = F.embedding(tokens, self.successor_codebook)
         pair = (successors * context[..., None, :]).sum(-1)
-        return unary.float() + pair.float()
+        return upcast(unary) + upcast(pair)
 
     @torch.no_grad()
     def walk(self, hidden: Tensor, logits_of, anchor_tokens: Tensor) -> Tensor:
@@ -85,7 +87,7 @@ class CandidateSelector(nn.Module):
         previous = anchor_tokens
         chosen = []
         for step in range(hidden.shape[-2]):
-            unary, tokens = torch.topk(logits_of(step).float(), self.top_k, dim=-1)
+            unary, tokens = torch.topk(upcast(logits_of(step)), self.top_k, dim=-1)
             scores = self.score(hidden[..., step, :], previous, tokens, unary)
             previous = tokens.gather(-1, scores.argmax(-1, keepdim=True)).squeeze(-1)
             chosen.append(previous)
