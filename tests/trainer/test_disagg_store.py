@@ -164,8 +164,9 @@ def test_tensors_round_trip_through_the_store_bit_exactly(tmp_path, dtype, algor
     store = LocalFeatureStore(tmp_path)
     spec = capture_spec([1, 3], 8, algorithm=algorithm)
     tensors = _sample(5, 8, dtype)
-    request = CaptureRequest("run", 9, 2, tensors["input_ids"].tolist(),
-                             tensors["loss_mask"].tolist())
+    request = CaptureRequest(
+        "run", 9, 2, tensors["input_ids"].tolist(), tensors["loss_mask"].tolist()
+    )
     reply = tensors_to_store(store, request, spec, tensors)
     assert sorted(reply.keys()) == sorted(sample_key("run", 9, 2, n) for n in spec.tensor_names())
     sample = read_sample(store, reply)
@@ -186,8 +187,9 @@ class _FailingStore(LocalFeatureStore):
 def test_a_failed_write_leaves_nothing_resident(tmp_path):
     store = _FailingStore(tmp_path)
     tensors = _sample(4, 8, torch.float32)
-    request = CaptureRequest("run", 1, 0, tensors["input_ids"].tolist(),
-                             tensors["loss_mask"].tolist())
+    request = CaptureRequest(
+        "run", 1, 0, tensors["input_ids"].tolist(), tensors["loss_mask"].tolist()
+    )
     with pytest.raises(StoreError, match="disk full"):
         tensors_to_store(store, request, capture_spec([0, 1], 8, algorithm="dflash2"), tensors)
     assert store.bytes_resident() == 0
@@ -195,5 +197,5 @@ def test_a_failed_write_leaves_nothing_resident(tmp_path):
 
 def test_a_damaged_object_is_reported_not_misread(tmp_path):
     meta = TensorMeta("hidden_states", "run/1/g0/hidden_states", (4, 8), "bfloat16")
-    with pytest.raises(StoreError, match="holds 10 bytes.*needs 64"):
+    with pytest.raises(StoreError, match=r"holds 10 bytes.*needs 64"):
         tensor_from_bytes(os.urandom(10), meta)

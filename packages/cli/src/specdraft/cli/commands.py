@@ -10,6 +10,7 @@ def all_commands() -> list[click.Command]:
     from .config_cmd import config
     from .explain_cmd import explain_buckets
     from .lint_cmd import lint
+    from .serve_capture_cmd import serve_capture
 
-    commands: list[click.Command] = [lint, config, explain_buckets]
+    commands: list[click.Command] = [lint, config, explain_buckets, serve_capture]
     return commands

@@ -1,0 +1,252 @@
+"""The SGLang capture path: the launch command, the managed launcher (driving the stub through
+the same code path as real SGLang), and the client's parsing and checks of SGLang replies."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from _disagg_support import build_random_target, make_config, reference_features
+
+from specdraft.trainer.disagg import (
+    CaptureMismatch,
+    CaptureRejected,
+    CaptureRequest,
+    LocalFeatureStore,
+    ManagedSGLang,
+    ServiceError,
+    SGLangCaptureClient,
+    capture_spec,
+    load_capture_target,
+    read_sample,
+    sglang_command,
+)
+from specdraft.trainer.disagg.http_json import call_json
+from specdraft.trainer.disagg.service_process import ServiceProcess
+from specdraft.trainer.disagg.sglang_client import generate_payload, split_sglang_hidden
+from specdraft.trainer.disagg.sglang_stub import SGLangStub
+
+STUB = "specdraft.trainer.disagg.sglang_stub"
+PROMPT = [3, 17, 42, 99, 7, 250, 1, 64]
+MASK = [0, 0, 1, 1, 1, 0, 1, 1]
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> Path:
+    return build_random_target(tmp_path_factory.mktemp("target"))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ------------------------------------------------------------------------------ launch command
+
+
+@pytest.mark.parametrize(("algorithm", "flag"), [("dflash2", "DFLASH"), ("dspark", "DSPARK")])
+def test_the_launch_command_asks_sglang_for_the_tapped_layers(tmp_path, algorithm, flag):
+    cfg = make_config(
+        Path("/models/qwen3-8b"),
+        tmp_path,
+        algorithm=algorithm,
+        disaggregated={"capture": "sglang", "sglang_args": ["--tp-size", "2"]},
+    )
+    cmd = sglang_command(cfg, port=31000)
+    assert cmd[:3] == [sys.executable, "-m", "sglang.launch_server"]
+    joined = " ".join(cmd)
+    assert "--model-path /models/qwen3-8b --host 127.0.0.1 --port 31000" in joined
+    for needed in (
+        "--enable-return-hidden-states",
+        "--enable-return-aux-hidden-states",
+        "--disable-radix-cache",
+    ):
+        assert needed in cmd
+    assert cmd[cmd.index("--speculative-algorithm") + 1] == flag
+    # The user's sglang_args come last, so they can override anything before them.
+    assert cmd[-2:] == ["--tp-size", "2"]
+    assert sglang_command(cfg, port=1, module="my.stub")[:3] == [sys.executable, "-m", "my.stub"]
+
+
+# ------------------------------------------------------ the managed launcher, with the stub
+
+
+@pytest.mark.slow
+def test_managed_launch_serves_captures_through_the_sglang_api(target, tmp_path):
+    # Unsorted layers: SGLang returns them in layer order, the client restores config order.
+    layer_ids = (2, 0)
+    cfg = make_config(
+        target,
+        tmp_path,
+        layer_ids=layer_ids,
+        disaggregated={
+            "capture": "sglang",
+            "sglang_args": ["--aux-hidden-state-layer-ids", "2", "0"],
+            "health_timeout_s": 120,
+        },
+    )
+    log = tmp_path / "logs" / "sglang.log"
+    store = LocalFeatureStore(tmp_path / "fs")
+    with ManagedSGLang(cfg, port=_free_port(), log_path=log, module=STUB) as server:
+        assert server.healthy()
+        for path in ("/health_generate", "/get_model_info", "/get_server_info"):
+            call_json("GET", server.url + path, timeout=30)
+        client = SGLangCaptureClient(
+            server.url, capture_spec(layer_ids, 64, algorithm="dflash2"), store, dtype="float32"
+        )
+        client.verify_server(timeout=10)
+        assert client.health(timeout=5)
+        reply = client.capture(CaptureRequest("testrun", 4, 0, PROMPT, MASK), timeout=60)
+    assert not server.alive()
+    assert "serving" in log.read_text()  # the server's own output streams to the log file
+    sample = read_sample(store, reply)
+    hidden, _ = reference_features(target, PROMPT, list(layer_ids))
+    torch.testing.assert_close(sample["hidden_states"], hidden, rtol=1e-5, atol=1e-5)
+    assert sample["input_ids"].tolist() == PROMPT and sample["loss_mask"].tolist() == MASK
+
+
+@pytest.mark.slow
+def test_a_server_that_exits_fails_the_launch_with_its_log_tail(target, tmp_path):
+    # Without layer ids the stub exits at once, like SGLang on a bad flag.
+    cfg = make_config(target, tmp_path, disaggregated={"capture": "sglang"})
+    server = ManagedSGLang(cfg, port=_free_port(), log_path=tmp_path / "s.log", module=STUB)
+    with pytest.raises(ServiceError, match=r"exited with code 1(.|\n)*aux-hidden-state-layer-ids"):
+        server.start()
+
+
+def test_a_service_that_never_gets_healthy_times_out_and_is_stopped(tmp_path):
+    service = ServiceProcess(
+        "sleeper",
+        [sys.executable, "-c", "print('starting'); import time; time.sleep(60)"],
+        tmp_path / "sleeper.log",
+    )
+    with pytest.raises(ServiceError, match=r"not ready within 0.5 s(.|\n)*starting"):
+        service.wait_ready(lambda: False, timeout=0.5, what="ready")
+    assert not service.alive()
+
+
+# ------------------------------------------------- the client against the in-process stub
+
+
+@pytest.fixture(scope="module")
+def stub_target(target):
+    return load_capture_target(target, [0, 2], dtype="float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dspark_capture_takes_the_final_state_after_the_layers(
+    target, stub_target, tmp_path, dtype
+):
+    store = LocalFeatureStore(tmp_path)
+    spec = capture_spec([0, 2], 64, algorithm="dspark")
+    with SGLangStub(stub_target, model_path=str(target), speculative_algorithm="DSPARK") as stub:
+        reply = SGLangCaptureClient(stub.url, spec, store, dtype=dtype).capture(
+            CaptureRequest("testrun", 1, 3, PROMPT, MASK), timeout=60
+        )
+    sample = read_sample(store, reply)
+    hidden, last = reference_features(target, PROMPT, [0, 2])
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == "float32" else {"rtol": 1e-2, "atol": 1e-2}
+    assert sample["target_last_hidden_states"].dtype == getattr(torch, dtype)
+    torch.testing.assert_close(sample["target_last_hidden_states"].float(), last, **tol)
+    torch.testing.assert_close(sample["hidden_states"].float(), hidden, **tol)
+
+
+def test_dspark_refuses_a_server_that_returns_only_the_layers(target, stub_target, tmp_path):
+    store = LocalFeatureStore(tmp_path)
+    spec = capture_spec([0, 2], 64, algorithm="dspark")
+    with (
+        SGLangStub(stub_target, model_path=str(target), speculative_algorithm="DFLASH") as stub,
+        pytest.raises(CaptureMismatch, match="final hidden state"),
+    ):
+        SGLangCaptureClient(stub.url, spec, store).capture(
+            CaptureRequest("testrun", 1, 0, PROMPT, MASK), timeout=60
+        )
+    assert store.bytes_resident() == 0
+
+
+def test_a_server_without_aux_capture_is_rejected_by_width(target, stub_target, tmp_path):
+    spec = capture_spec([0, 2], 64, algorithm="dflash2")
+    with (
+        SGLangStub(stub_target, model_path=str(target), aux_capture=False) as stub,
+        pytest.raises(CaptureMismatch, match="rows of 64 values, expected 2 layers"),
+    ):
+        SGLangCaptureClient(stub.url, spec, LocalFeatureStore(tmp_path)).capture(
+            CaptureRequest("testrun", 1, 0, PROMPT, MASK), timeout=60
+        )
+
+
+def test_a_server_without_hidden_states_is_named_with_the_flag(target, stub_target, tmp_path):
+    spec = capture_spec([0, 2], 64, algorithm="dflash2")
+    with SGLangStub(stub_target, model_path=str(target), return_hidden_states=False) as stub:
+        client = SGLangCaptureClient(stub.url, spec, LocalFeatureStore(tmp_path))
+        with pytest.raises(CaptureRejected, match="--enable-return-hidden-states"):
+            client.verify_server(timeout=10)
+        with pytest.raises(CaptureRejected, match="400"):
+            client.capture(CaptureRequest("testrun", 1, 0, PROMPT, MASK), timeout=60)
+
+
+# ------------------------------------------------------ parsing SGLang's meta_info.hidden_states
+
+SPEC = capture_spec([3, 1], 2, algorithm="dflash2")
+REQUEST = CaptureRequest("run", 7, 1, [10, 11, 12], [0, 1, 1])
+# Rows as SGLang sends them: layer 1 then layer 3 (ascending), 2 values each.
+ROWS = [[1.0, 1.5, 3.0, 3.5], [2.0, 2.5, 4.0, 4.5], [5.0, 5.5, 6.0, 6.5]]
+
+
+def _body(**meta):
+    base = {"id": "run/7/g1", "prompt_tokens": 3, "hidden_states": [ROWS]}
+    return {"text": "", "meta_info": {**base, **meta}}
+
+
+def test_the_request_asks_for_one_token_and_the_hidden_states():
+    payload = generate_payload(REQUEST)
+    assert payload["input_ids"] == [10, 11, 12]
+    assert payload["sampling_params"]["max_new_tokens"] == 1
+    assert payload["return_hidden_states"] is True
+    assert payload["rid"] == "run/7/g1"
+
+
+def test_layers_come_back_in_config_order():
+    hidden, last = split_sglang_hidden(_body(), REQUEST, SPEC)
+    assert last is None
+    assert hidden.tolist() == [[3.0, 3.5, 1.0, 1.5], [4.0, 4.5, 2.0, 2.5], [6.0, 6.5, 5.0, 5.5]]
+
+
+def test_decode_rows_after_the_prompt_are_ignored_and_batch_answers_accepted():
+    body = _body(hidden_states=[ROWS, [9.0, 9.0, 9.0, 9.0]])
+    hidden, _ = split_sglang_hidden([body], REQUEST, SPEC)
+    assert hidden.shape == (3, 4)
+
+
+def test_a_separate_last_hidden_states_field_is_used_for_dspark():
+    spec = capture_spec([3, 1], 2, algorithm="dspark")
+    final = [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]
+    _, last = split_sglang_hidden(_body(last_hidden_states=final), REQUEST, spec)
+    assert torch.allclose(last, torch.tensor(final))
+
+
+@pytest.mark.parametrize(
+    ("meta", "message"),
+    [
+        ({"id": "run/7/g0"}, "answers request"),
+        ({"prompt_tokens": 4}, "saw 4 prompt tokens"),
+        ({"hidden_states": [ROWS[:2]]}, "2 hidden-state rows for a 3-token prompt"),
+        ({"hidden_states": [[r[:3] for r in ROWS]]}, "rows of 3 values"),
+        ({"hidden_states": [[ROWS[0], ROWS[1][:2], ROWS[2]]]}, "ragged"),
+        ({"hidden_states": None}, "--enable-return-hidden-states"),
+        ({"last_hidden_states": [[0.0, 0.0]]}, "last_hidden_states has shape"),
+    ],
+)
+def test_wrong_sglang_replies_are_mismatches(meta, message):
+    with pytest.raises(CaptureMismatch, match=message):
+        split_sglang_hidden(_body(**meta), REQUEST, SPEC)
+
+
+def test_an_answer_without_meta_info_is_a_mismatch():
+    with pytest.raises(CaptureMismatch, match="no meta_info"):
+        split_sglang_hidden({"text": "hi"}, REQUEST, SPEC)
