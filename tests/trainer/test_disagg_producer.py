@@ -1,0 +1,155 @@
+"""The producer end to end on one machine: real embedded capture server over HTTP, the local
+feature store, the window controller, and trainer ranks with `WindowClient`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _disagg_runtime import (
+    Delivered,
+    expected_once,
+    ledger_trained_counts,
+    make_prompts,
+    running_producer,
+    runtime_config,
+    start_capture_server,
+    train_ranks,
+    wait_idle,
+)
+
+from specdraft.trainer.disagg.local_store import LocalFeatureStore
+from specdraft.trainer.disagg.prompts import Prompt
+from specdraft.trainer.disagg.store import local_store_root
+from specdraft.trainer.disagg.window_client import (
+    EndOfRun,
+    WindowClient,
+    WindowError,
+    new_incarnation,
+)
+
+
+@pytest.fixture
+def capture(tiny_qwen3_target, tmp_path):
+    """A real embedded capture server on the tiny target, writing into the run's store."""
+
+    def start(cfg):
+        store = LocalFeatureStore(local_store_root(tmp_path))
+        server, client = start_capture_server(cfg, store)
+        servers.append(server)
+        return store, client
+
+    servers = []
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.mark.parametrize("algorithm", ["dflash2", "dspark"])
+def test_two_ranks_receive_every_sample_once_per_epoch_with_its_features(
+    tiny_qwen3_target, tmp_path, capture, algorithm
+):
+    cfg = runtime_config(tiny_qwen3_target.path, tmp_path, algorithm=algorithm)
+    store, client = capture(cfg)
+    prompts = make_prompts(11)
+    with running_producer(cfg, tmp_path, prompts, [client], store=store) as rt:
+        got = train_ranks(rt.client, store, world_size=2, steps=range(rt.total_steps))
+        assert not got.errors, got.errors
+        assert rt.producer.wait(timeout=10)
+        stats = rt.client(0).stats()
+    per_epoch = got.per_epoch(rt.producer.plan.windows_per_epoch)
+    assert per_epoch == expected_once(prompts, 2)
+    assert ledger_trained_counts(tmp_path) == expected_once(prompts, 2)
+    by_id = {p.sample_id: p for p in prompts}
+    layers, hidden = len(cfg.model.target_layer_ids), 32
+    for sid, row in got.rows.items():
+        prompt = by_id[sid]
+        assert row["input_ids"].tolist() == list(prompt.input_ids)
+        assert row["loss_mask"].tolist() == list(prompt.loss_mask)
+        assert row["hidden_states"].shape == (len(prompt.input_ids), layers * hidden)
+        assert ("target_last_hidden_states" in row) == (algorithm == "dspark")
+    # The features are the target's: layer 0's output for the first token of one sample.
+    sid, row = next(iter(got.rows.items()))
+    model = tiny_qwen3_target.model
+    with torch.no_grad():
+        out = model(torch.tensor([list(by_id[sid].input_ids)]), output_hidden_states=True)
+    torch.testing.assert_close(row["hidden_states"][:, :hidden], out.hidden_states[1][0])
+    # Acknowledged windows leave nothing behind in the store; the counters reach the trainer.
+    assert store.bytes_resident() == 0
+    assert stats["producer/trained_steps"] == rt.total_steps
+    assert stats["producer/captures"] >= 2 * len(prompts)
+    assert stats["producer/capture_latency_ms"] > 0
+    assert "store/bytes_resident" in stats and "producer/backpressure_ms" in stats
+
+
+def test_bad_prompts_are_counted_and_left_out_not_fatal(tiny_qwen3_target, tmp_path, capture):
+    cfg = runtime_config(tiny_qwen3_target.path, tmp_path, num_epochs=1)
+    store, client = capture(cfg)
+    good = make_prompts(6)
+    bad = [
+        Prompt(1, (), ()),  # empty
+        Prompt(2, tuple([3] * 200), tuple([1] * 200)),  # over data.max_length = 128
+        Prompt(3, (4, 5, 6), (0, 0, 0)),  # no assistant turn
+    ]
+    with running_producer(cfg, tmp_path, good + bad, [client], store=store) as rt:
+        got = train_ranks(rt.client, store, world_size=2, steps=range(rt.total_steps))
+        assert not got.errors
+        stats = rt.producer.stats()
+    assert got.per_epoch(rt.producer.plan.windows_per_epoch) == expected_once(good, 1)
+    assert stats["producer/bad_prompts"] == 3
+    assert stats["producer/bad_prompts_empty"] == 1
+    assert stats["producer/bad_prompts_over_long"] == 1
+    assert stats["producer/bad_prompts_no_assistant_turn"] == 1
+
+
+def test_trainer_resume_redelivers_the_windows_after_its_checkpoint(
+    tiny_qwen3_target, tmp_path, capture
+):
+    """A trainer that crashed after acknowledging steps past its last checkpoint gets those
+    windows again (re-captured: their objects were removed on ack), and the final accounting
+    holds each sample once per epoch."""
+    cfg = runtime_config(tiny_qwen3_target.path, tmp_path, num_epochs=2)
+    store, client = capture(cfg)
+    prompts = make_prompts(14)
+    with running_producer(cfg, tmp_path, prompts, [client], store=store) as rt:
+        total = rt.total_steps
+        assert total >= 4
+        checkpoint, crashed_at = 1, 3
+        first = train_ranks(rt.client, store, world_size=2, steps=range(crashed_at))
+        assert not first.errors
+        launch = new_incarnation()
+        rolled = [rt.client(rank).resume(checkpoint, incarnation=launch) for rank in (0, 1)]
+        assert set(range(checkpoint, crashed_at)) <= set(rolled[0])
+        assert rolled[1] == []  # one rollback per launch
+        second = train_ranks(rt.client, store, world_size=2, steps=range(checkpoint, total))
+        assert not second.errors
+        assert rt.producer.wait(timeout=10)
+        wait_idle(rt.producer)
+    # The weights hold steps < checkpoint from the first launch and the rest from the second.
+    final = Delivered(
+        samples={k: v for k, v in first.samples.items() if k[0] < checkpoint} | second.samples
+    )
+    assert final.per_epoch(rt.producer.plan.windows_per_epoch) == expected_once(prompts, 2)
+    assert ledger_trained_counts(tmp_path) == expected_once(prompts, 2)
+    # The re-delivered windows hold the same samples as before.
+    for step in range(checkpoint, crashed_at):
+        for rank in (0, 1):
+            assert sorted(second.samples[(step, rank)]) == sorted(first.samples[(step, rank)])
+    assert store.bytes_resident() == 0
+
+
+def test_window_requests_outside_the_run_or_replayed_without_resume_are_refused(
+    tiny_qwen3_target, tmp_path, capture
+):
+    cfg = runtime_config(tiny_qwen3_target.path, tmp_path, num_epochs=1)
+    store, client = capture(cfg)
+    with running_producer(cfg, tmp_path, make_prompts(6), [client], store=store) as rt:
+        got = train_ranks(rt.client, store, world_size=2, steps=range(rt.total_steps))
+        assert not got.errors
+        trainer = WindowClient(rank=0, timeout_s=5, url=rt.controller.url)
+        assert trainer.plan()["total_steps"] == rt.total_steps
+        with pytest.raises(EndOfRun, match="outside the run"):
+            trainer.next_window(rt.total_steps)
+        with pytest.raises(WindowError, match="must call resume"):
+            trainer.next_window(0)
+        with pytest.raises(WindowError, match="rank 5 is outside"):
+            WindowClient(rank=5, timeout_s=5, url=rt.controller.url).next_window(0)
