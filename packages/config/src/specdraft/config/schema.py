@@ -412,6 +412,11 @@ class MooncakeConfig(_Section):
         True,
         description="Start mooncake_master with the run (managed mode) and stop it at the end.",
     )
+    metrics_port: PositiveInt = Field(
+        9003,
+        description="HTTP metrics port of mooncake_master (on the master's host); the store's "
+        "bytes-resident counter reads master_allocated_bytes from it.",
+    )
 
 
 class DisaggregatedConfig(_Section):
