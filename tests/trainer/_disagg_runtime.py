@@ -4,6 +4,7 @@ fail on cue, a producer with its controller, and trainer ranks that consume wind
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -258,3 +259,42 @@ def wait_idle(producer: Producer, timeout: float = 20.0) -> None:
     while producer.stats()["producer/inflight"] > 0:
         assert time.monotonic() < deadline, "captures still in flight"
         time.sleep(0.02)
+
+
+def write_config_toml(cfg: Config, path: Path) -> Path:
+    """Write a config as TOML (for a producer subprocess); None values are left out."""
+    lines: list[str] = []
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        raise TypeError(f"cannot write {v!r} as TOML")
+
+    def table(prefix: str, data: dict[str, Any]) -> None:
+        scalars = {k: v for k, v in data.items() if not isinstance(v, dict) and v is not None}
+        if prefix:
+            lines.append(f"[{prefix}]")
+        lines.extend(f"{k} = {value(v)}" for k, v in scalars.items())
+        for k, v in data.items():
+            if isinstance(v, dict):
+                table(f"{prefix}.{k}" if prefix else k, v)
+
+    table("", cfg.model_dump())
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def write_prompts_jsonl(prompts: list[Prompt], path: Path) -> Path:
+    """Pre-tokenised rows for `producer_main --prompts`."""
+    rows = [
+        {"sample_id": p.sample_id, "input_ids": list(p.input_ids), "loss_mask": list(p.loss_mask)}
+        for p in prompts
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path

@@ -1,10 +1,11 @@
 """The capture servers a producer leases to: least-loaded choice, down-marking and dropping.
 
 A capture failure makes the producer probe the server's health. A server that answers stays in
-the pool (the failure was the request's); one that does not is marked down and gets no leases,
-is probed again while it is down, and is dropped for good once it has been down for
-`drop_after_s` (training goes on with the others). With every server dropped the producer
-stops with an error naming each server and its last error.
+the pool (the failure was the request's); one that does not is marked down and gets no leases.
+A monitor thread probes down servers again every `REPROBE_INTERVAL_S`: one that answers is up
+again, one that has been down for `drop_after_s` is dropped for good (training goes on with
+the others). With every server dropped, or none up for `drop_after_s`, leasing stops with an
+error naming each server and its last error.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-# How often a down server is probed again while the producer waits for one.
+# How often the monitor probes down servers.
 REPROBE_INTERVAL_S = 0.5
 
 
@@ -29,11 +30,14 @@ class _Server:
     url: str
     inflight: int = 0
     down_since: float | None = None
-    last_probe: float = 0.0
     last_error: str = ""
     dropped: bool = False
     captures: int = 0
-    failures: int = field(default=0)
+    failures: int = 0
+
+    @property
+    def up(self) -> bool:
+        return not self.dropped and self.down_since is None
 
 
 class CapturePool:
@@ -55,33 +59,50 @@ class CapturePool:
         self._servers = [_Server(c, str(getattr(c, "url", repr(c)))) for c in clients]
         for server in self._servers:
             # Dropped by an earlier producer of this run (ledger): stays dropped.
-            server.dropped = server.url in dropped
+            if server.url in dropped:
+                server.dropped = True
+                server.last_error = "dropped by an earlier producer of this run"
         self._probe_timeout_s = probe_timeout_s
         self._drop_after_s = drop_after_s
         self._on_drop = on_drop
         self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._monitor = threading.Thread(
+            target=self._monitor_loop, name="capture-health", daemon=True
+        )
 
-    def acquire(self, *, timeout: float, stop: threading.Event | None = None) -> Any:
-        """The up server with the fewest captures in flight; waits (re-probing) while none is up."""
+    def start(self) -> CapturePool:
+        """Start the monitor that re-probes down servers; returns self."""
+        self._monitor.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the monitor and wake anyone waiting for a server."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def acquire(self, *, timeout: float) -> Any:
+        """The up server with the fewest captures in flight; waits while none is up."""
         deadline = time.monotonic() + timeout
-        while True:
-            with self._cond:
-                up = [s for s in self._servers if not s.dropped and s.down_since is None]
+        with self._cond:
+            while True:
+                up = [s for s in self._servers if s.up]
                 if up:
                     server = min(up, key=lambda s: s.inflight)
                     server.inflight += 1
                     return server.client
-            self._reprobe_down()
-            if all(s.dropped for s in self._servers):
-                raise NoCaptureServer(self._all_down_message())
-            if time.monotonic() >= deadline:
-                raise NoCaptureServer(
-                    f"no capture server came back within {timeout:.0f} s "
-                    f"(deployment.disaggregated.health_timeout_s): {self._all_down_message()}"
-                )
-            if stop is not None and stop.is_set():
-                raise NoCaptureServer("producer stopping")
-            time.sleep(REPROBE_INTERVAL_S / 5)
+                if all(s.dropped for s in self._servers):
+                    raise NoCaptureServer(f"every capture server is gone: {self._summary()}")
+                if self._stop.is_set():
+                    raise NoCaptureServer("the producer is stopping")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise NoCaptureServer(
+                        f"no capture server came back within {timeout:g} s "
+                        f"(deployment.disaggregated.health_timeout_s): {self._summary()}"
+                    )
+                self._cond.wait(min(left, REPROBE_INTERVAL_S))
 
     def release(self, client: Any, *, ok: bool) -> None:
         """Return a server after a capture; `ok` says whether it succeeded."""
@@ -90,7 +111,6 @@ class CapturePool:
             server.inflight -= 1
             if ok:
                 server.captures += 1
-                server.down_since = None
             else:
                 server.failures += 1
 
@@ -103,47 +123,53 @@ class CapturePool:
         with self._cond:
             if healthy:
                 server.down_since = None
-            elif server.down_since is None:
+            elif server.down_since is None and not server.dropped:
                 server.down_since = time.monotonic()
-        self._drop_expired()
+            self._cond.notify_all()
         return healthy
 
+    def stats(self) -> dict[str, float]:
+        """Servers up, down and dropped."""
+        with self._cond:
+            up = sum(1 for s in self._servers if s.up)
+            dropped = sum(1 for s in self._servers if s.dropped)
+        return {
+            "producer/servers_up": float(up),
+            "producer/servers_down": float(len(self._servers) - up - dropped),
+            "producer/servers_dropped": float(dropped),
+        }
+
+    def _monitor_loop(self) -> None:
+        while not self._stop.wait(REPROBE_INTERVAL_S):
+            with self._cond:
+                down = [s for s in self._servers if not s.dropped and s.down_since is not None]
+            for server in down:
+                healthy = self._probe(server)
+                with self._cond:
+                    if healthy:
+                        server.down_since = None
+                    self._cond.notify_all()
+            self._drop_expired()
+
     def _probe(self, server: _Server) -> bool:
-        server.last_probe = time.monotonic()
         try:
             return bool(server.client.health(timeout=self._probe_timeout_s))
         except Exception as exc:  # a dead server fails in many ways; all mean "not healthy"
             server.last_error = server.last_error or f"{type(exc).__name__}: {exc}"
             return False
 
-    def _reprobe_down(self) -> None:
-        now = time.monotonic()
-        with self._cond:
-            due = [
-                s
-                for s in self._servers
-                if not s.dropped
-                and s.down_since is not None
-                and now - s.last_probe >= REPROBE_INTERVAL_S
-            ]
-        for server in due:
-            if self._probe(server):
-                with self._cond:
-                    server.down_since = None
-        self._drop_expired()
-
     def _drop_expired(self) -> None:
         now = time.monotonic()
         dropped = []
         with self._cond:
             for s in self._servers:
-                if s.dropped or s.down_since is None:
-                    continue
-                if now - s.down_since >= self._drop_after_s:
+                expired = s.down_since is not None and now - s.down_since >= self._drop_after_s
+                if expired and not s.dropped:
                     s.dropped = True
                     dropped.append(s)
+            self._cond.notify_all()
         for s in dropped:
-            self._on_drop(s.url, f"down for {self._drop_after_s:.0f} s; last error: {s.last_error}")
+            self._on_drop(s.url, f"down for {self._drop_after_s:g} s; last error: {s.last_error}")
 
     def _find(self, client: Any) -> _Server:
         for server in self._servers:
@@ -151,19 +177,8 @@ class CapturePool:
                 return server
         raise KeyError(f"capture client {client!r} is not in the pool")
 
-    def _all_down_message(self) -> str:
+    def _summary(self) -> str:
         return "; ".join(
             f"{s.url}: {'dropped' if s.dropped else 'down'} ({s.last_error or 'no answer'})"
             for s in self._servers
         )
-
-    def stats(self) -> dict[str, float]:
-        """Servers up, down and dropped."""
-        with self._cond:
-            up = sum(1 for s in self._servers if not s.dropped and s.down_since is None)
-            dropped = sum(1 for s in self._servers if s.dropped)
-            return {
-                "producer/servers_up": float(up),
-                "producer/servers_down": float(len(self._servers) - up - dropped),
-                "producer/servers_dropped": float(dropped),
-            }

@@ -131,7 +131,7 @@ class Producer:
         self.backpressure = Backpressure(settings.high_watermark, cond=self._cond)
         self._pool = CapturePool(
             clients,
-            probe_timeout_s=settings.capture_timeout_s,
+            probe_timeout_s=min(settings.capture_timeout_s, settings.health_timeout_s),
             drop_after_s=settings.health_timeout_s,
             on_drop=self._record_drop,
             dropped=tuple(self._state.dropped_servers),
@@ -146,12 +146,14 @@ class Producer:
 
     def start(self) -> Producer:
         """Start leasing; returns self."""
+        self._pool.start()
         self._dispatcher.start()
         return self
 
     def stop(self) -> None:
         """Stop leasing and close the ledger; captures in flight are abandoned."""
         self._stop.set()
+        self._pool.stop()
         with self._cond:
             self._cond.notify_all()
         if self._dispatcher.is_alive():
@@ -377,9 +379,7 @@ class Producer:
                     continue
                 step, sid = work
                 try:
-                    client = self._pool.acquire(
-                        timeout=self.settings.health_timeout_s, stop=self._stop
-                    )
+                    client = self._pool.acquire(timeout=self.settings.health_timeout_s)
                 except BaseException:
                     with self._cond:
                         self._inflight.discard(work)
