@@ -1,0 +1,1 @@
+"""Offline feature shards: prepare once with the target, train without it."""

@@ -1,0 +1,153 @@
+"""`specdraft prepare-features`: run the target once over the corpus and write feature shards."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specdraft.collate import pad_policy_from_config, resolve_static_length
+from specdraft.config import Config
+
+from .shards import (
+    FORMAT_VERSION,
+    check_feature_meta,
+    read_index,
+    write_index,
+    write_shard,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PrepareResult:
+    """What a prepare-features call did."""
+
+    folder: Path
+    num_samples: int
+    shards_written: int
+    shards_skipped: int
+
+
+def feature_meta(config: Config, data_fingerprint: str) -> dict[str, Any]:
+    """What a feature folder records about how it was made (checked again at training)."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "target": config.model.target,
+        "target_layer_ids": list(config.model.target_layer_ids),
+        "with_last_hidden": config.model.algorithm == "dspark",
+        "tokenizer": config.data.tokenizer or config.model.target,
+        "chat_template": config.data.chat_template,
+        "max_length": config.data.max_length,
+        "data": data_fingerprint,
+    }
+
+
+def expected_feature_meta(config: Config) -> dict[str, Any]:
+    """The subset of `feature_meta` a training config can check without the source corpus."""
+    return {
+        "target": config.model.target,
+        "target_layer_ids": list(config.model.target_layer_ids),
+        "with_last_hidden": config.model.algorithm == "dspark",
+        "tokenizer": config.data.tokenizer or config.model.target,
+        "chat_template": config.data.chat_template,
+        "max_length": config.data.max_length,
+    }
+
+
+def prepare_features(
+    config: Config,
+    out_dir: str | Path,
+    *,
+    shard_size: int = 256,
+    batch_size: int = 4,
+    progress: bool = True,
+    device: torch.device | None = None,
+) -> PrepareResult:
+    """Write (or finish) the feature shards of the config's training corpus into `out_dir`."""
+    from ..data import build_dataset
+    from ..models import TargetFeatureExtractor
+
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    dataset, report = build_dataset(config, split="train", progress=progress)
+    meta = feature_meta(config, report.fingerprint)
+    index = read_index(folder)
+    if index is None:
+        index = {"meta": meta, "shards": [], "complete": False}
+    else:
+        check_feature_meta(index["meta"], meta, folder)
+        if index["meta"].get("data") != meta["data"]:
+            raise ValueError(
+                f"{folder} holds features of different data (fingerprint "
+                f"{index['meta'].get('data')} vs {meta['data']}): use a new --out folder"
+            )
+    done = len(index["shards"])
+    total_shards = -(-len(dataset) // shard_size)
+    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    extractor = TargetFeatureExtractor(
+        config.model.target, config.model.target_layer_ids, device=device
+    )
+    pad_to = pad_policy_from_config(config)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(dataset), initial=done * shard_size, desc="features", unit="sample")
+    for shard in range(done, total_shards):
+        rows = dataset.select(
+            range(shard * shard_size, min(len(dataset), (shard + 1) * shard_size))
+        )
+        samples = _features_of(rows, extractor, config, batch_size=batch_size, pad_to=pad_to)
+        record = write_shard(folder, shard, samples)
+        index["shards"].append(record.__dict__)
+        write_index(folder, index)
+        if bar is not None:
+            bar.update(record.num_samples)
+    index["complete"] = True
+    write_index(folder, index)
+    if bar is not None:
+        bar.close()
+    return PrepareResult(folder, len(dataset), total_shards - done, done)
+
+
+def _features_of(
+    rows: Any,
+    extractor: Any,
+    config: Config,
+    *,
+    batch_size: int,
+    pad_to: int | tuple[int, ...] | None,
+) -> list[dict[str, torch.Tensor]]:
+    """Run the target on rows in small batches; cut each sample's features to its own length."""
+    with_last = config.model.algorithm == "dspark"
+    samples: list[dict[str, torch.Tensor]] = []
+    for start in range(0, len(rows), batch_size):
+        batch_rows = [rows[i] for i in range(start, min(len(rows), start + batch_size))]
+        lengths = [len(r["input_ids"]) for r in batch_rows]
+        # The same pad policy as training: target features of a padded batch equal those of
+        # the unpadded samples (causal attention, right padding), and shapes stay few.
+        width = resolve_static_length(max(lengths), pad_to)
+        ids = torch.zeros(len(batch_rows), width, dtype=torch.long)
+        mask = torch.zeros(len(batch_rows), width, dtype=torch.long)
+        for i, row in enumerate(batch_rows):
+            ids[i, : lengths[i]] = torch.tensor(row["input_ids"])
+            mask[i, : lengths[i]] = 1
+        with torch.no_grad():
+            hidden, last = extractor(ids.to(extractor.device), mask.to(extractor.device))
+        for i, row in enumerate(batch_rows):
+            n = lengths[i]
+            sample = {
+                "input_ids": torch.tensor(row["input_ids"], dtype=torch.long),
+                "loss_mask": torch.tensor(row["loss_mask"], dtype=torch.long),
+                "hidden_states": hidden[i, :n].to("cpu"),
+                "sample_id": torch.tensor(int(row["sample_id"]), dtype=torch.long),
+            }
+            if with_last:
+                sample["target_last_hidden_states"] = last[i, :n].to("cpu")
+            samples.append(sample)
+    return samples

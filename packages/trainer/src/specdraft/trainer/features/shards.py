@@ -1,0 +1,146 @@
+"""Offline feature shards: target features written once, read by training without the target.
+
+A feature folder holds `shard-00000.safetensors`, ... and `index.json`. Each shard stores, per
+sample k, `k.input_ids`, `k.loss_mask`, `k.hidden_states` ([S, L*H]), for DSpark also
+`k.target_last_hidden_states` ([S, H]), and `k.sample_id`. The index records what the features
+were made with (target, layer ids, tokenizer, chat template, max_length, data) and each finished
+shard, and is rewritten atomically after every shard: an interrupted `prepare-features` resumes
+at the first unfinished shard. Training refuses a folder whose record differs from its config.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+INDEX = "index.json"
+FORMAT_VERSION = 1
+
+# Fields of the index that must match the training config, with the config key they come from.
+MATCHED_FIELDS = {
+    "target": "model.target",
+    "target_layer_ids": "model.target_layer_ids",
+    "with_last_hidden": "model.algorithm (dspark needs target_last_hidden_states)",
+    "tokenizer": "data.tokenizer",
+    "chat_template": "data.chat_template",
+    "max_length": "data.max_length",
+}
+
+
+class FeatureMismatch(ValueError):
+    """Offline features were made for a different target, layers, tokenizer or max_length."""
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    """One finished shard: its file and the samples it holds."""
+
+    file: str
+    num_samples: int
+    lengths: list[int]
+
+
+def shard_name(index: int) -> str:
+    """File name of shard `index`."""
+    return f"shard-{index:05d}.safetensors"
+
+
+def read_index(folder: Path) -> dict[str, Any] | None:
+    """The index of a feature folder, or None when there is none yet."""
+    path = folder / INDEX
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())
+
+
+def write_index(folder: Path, index: dict[str, Any]) -> None:
+    """Rewrite the index atomically (tmp + rename)."""
+    tmp = folder / f".{INDEX}.tmp"
+    tmp.write_text(json.dumps(index, indent=1, sort_keys=True))
+    tmp.replace(folder / INDEX)
+
+
+def check_feature_meta(meta: dict[str, Any], expected: dict[str, Any], folder: Path) -> None:
+    """Refuse features whose record differs from what the config expects, naming each field."""
+    diffs = [
+        f"{field} ({MATCHED_FIELDS[field]}): features have {meta.get(field)!r}, "
+        f"config expects {expected.get(field)!r}"
+        for field in MATCHED_FIELDS
+        if meta.get(field) != expected.get(field)
+    ]
+    if diffs:
+        raise FeatureMismatch(
+            f"offline features in {folder} do not match the config:\n  "
+            + "\n  ".join(diffs)
+            + "\nrun `specdraft prepare-features` for this config, or point data.train_paths "
+            "at features made with these settings"
+        )
+
+
+def write_shard(
+    folder: Path, index: int, samples: Sequence[dict[str, torch.Tensor]]
+) -> ShardRecord:
+    """Write one shard atomically and return its record."""
+    tensors: dict[str, torch.Tensor] = {}
+    lengths = []
+    for k, sample in enumerate(samples):
+        length = int(sample["input_ids"].shape[0])
+        lengths.append(length)
+        for name, value in sample.items():
+            tensors[f"{k}.{name}"] = value.detach().to("cpu").contiguous()
+    name = shard_name(index)
+    tmp = folder / f".{name}.tmp"
+    save_file(tensors, str(tmp), metadata={"num_samples": str(len(samples))})
+    tmp.replace(folder / name)
+    return ShardRecord(name, len(samples), lengths)
+
+
+class FeatureShardDataset(torch.utils.data.Dataset):
+    """Random access to the samples of one or more feature folders."""
+
+    def __init__(self, folders: Sequence[str | Path], *, expected: dict[str, Any] | None) -> None:
+        self._entries: list[tuple[Path, int]] = []
+        self.lengths: list[int] = []
+        self.meta: dict[str, Any] = {}
+        for folder in map(Path, folders):
+            index = read_index(folder)
+            if index is None:
+                raise FileNotFoundError(
+                    f"{folder} holds no {INDEX}: it is not a feature folder; write one with "
+                    "`specdraft prepare-features CONFIG`"
+                )
+            if expected is not None:
+                check_feature_meta(index["meta"], expected, folder)
+            if not index.get("complete", False):
+                raise FeatureMismatch(
+                    f"features in {folder} are incomplete ({len(index['shards'])} shards so far): "
+                    "finish them with `specdraft prepare-features` (it resumes)"
+                )
+            self.meta = index["meta"]
+            for shard in index["shards"]:
+                for k in range(shard["num_samples"]):
+                    self._entries.append((folder / shard["file"], k))
+                self.lengths.extend(shard["lengths"])
+        self._handles: dict[Path, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        path, k = self._entries[item]
+        handle = self._handles.get(path)
+        if handle is None:
+            handle = self._handles[path] = safe_open(str(path), framework="pt")
+        prefix = f"{k}."
+        return {
+            key[len(prefix) :]: handle.get_tensor(key)
+            for key in handle.keys()  # noqa: SIM118 - safe_open is not a dict
+            if key.startswith(prefix)
+        }
