@@ -65,10 +65,14 @@ class LocalFeatureStore:
                 tmp.unlink(missing_ok=True)
                 raise StoreError(f"cannot write {key!r} under {self.root}: {exc}") from exc
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str) -> bytearray:
         """Read the whole object; StoreKeyMissing if there is none."""
         try:
-            return self._path(key).read_bytes()
+            with open(self._path(key), "rb") as fh:
+                # Into a bytearray: the tensor reader wraps it without another copy.
+                data = bytearray(os.fstat(fh.fileno()).st_size)
+                fh.readinto(data)
+                return data
         except FileNotFoundError:
             raise StoreKeyMissing(f"no object {key!r} in the feature store {self.root}") from None
         except OSError as exc:

@@ -127,18 +127,19 @@ class MooncakeFeatureStore:
             )
         self._own_sizes[key] = size
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str) -> bytes | bytearray:
         """The object's bytes; StoreKeyMissing if there is none."""
         size = self._store.get_size(key)
         if size == OBJECT_NOT_FOUND:
             raise StoreKeyMissing(f"no object {key!r} in Mooncake at {self.cfg.master_address}")
         if size < 0:
             raise StoreError(f"Mooncake get_size of {key!r} failed: {_describe(size)}")
-        if size <= self._local_buffer:
+        # Small objects copy through the local buffer; large ones (or when it is full) go
+        # straight into a registered buffer, which is also the faster path for them.
+        if size <= self._local_buffer // 4:
             data = self._store.get(key)
             if len(data) == size:
                 return data
-        # Too large for (what is free in) the local buffer: read into a registered buffer.
         buffer = bytearray(size)
         array, address = _address_of(buffer)
         self._registered(address, size)
@@ -151,7 +152,7 @@ class MooncakeFeatureStore:
             raise StoreKeyMissing(f"no object {key!r} in Mooncake (removed while reading)")
         if rc != size:
             raise StoreError(f"Mooncake get of {key!r} returned {rc}, expected {size} bytes")
-        return bytes(buffer)
+        return buffer
 
     def remove(self, key: str, *, force: bool = True) -> None:
         """Remove the object; `force` skips lease checks (a reader's lease would block it)."""

@@ -386,8 +386,9 @@ def tensor_from_bytes(data: bytes | bytearray | memoryview, meta: TensorMeta) ->
         )
     if expected == 0:
         return torch.empty(meta.shape, dtype=dtype)
-    # A private writable copy: torch must not alias an immutable bytes object.
-    raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    # torch must not alias an immutable object: copy bytes, wrap a bytearray as it is.
+    owned = data if isinstance(data, bytearray) else bytearray(data)
+    raw = torch.frombuffer(owned, dtype=torch.uint8)
     return raw.view(dtype).reshape(meta.shape)
 
 

@@ -51,8 +51,8 @@ class FeatureStore(Protocol):
         """Store `data` under `key` (replacing any object there); readers see all of it or none."""
         ...
 
-    def get(self, key: str) -> bytes:
-        """The object under `key`; raises StoreKeyMissing if there is none."""
+    def get(self, key: str) -> bytes | bytearray:
+        """The object under `key` (a bytearray where that saves a copy); StoreKeyMissing if none."""
         ...
 
     def remove(self, key: str, *, force: bool = True) -> None:
