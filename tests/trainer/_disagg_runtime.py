@@ -65,13 +65,15 @@ def runtime_config(
         "max_inflight_captures": 3,
         **(disaggregated or {}),
     }
-    cfg = make_config(Path(target), run_dir, algorithm=algorithm, disaggregated=dis)
-    cfg.training.micro_batch_size = micro_batch_size
-    cfg.training.grad_accum_steps = grad_accum_steps
-    cfg.training.num_epochs = num_epochs
-    cfg.deployment.nproc_per_node = world_size
-    # Re-validate: the cross-field rules (watermark >= one window) see the whole config.
-    return Config.model_validate(cfg.model_dump())
+    high_watermark = dis.pop("high_watermark", None)
+    data = make_config(Path(target), run_dir, algorithm=algorithm, disaggregated=dis).model_dump()
+    data["training"].update(
+        micro_batch_size=micro_batch_size, grad_accum_steps=grad_accum_steps, num_epochs=num_epochs
+    )
+    data["deployment"]["nproc_per_node"] = world_size
+    data["deployment"]["disaggregated"]["high_watermark"] = high_watermark
+    # Validated as a whole: the cross-field rules (watermark >= one window) see the final sizes.
+    return Config.model_validate(data)
 
 
 class FakeCapture:

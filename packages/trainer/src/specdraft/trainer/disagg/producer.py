@@ -235,8 +235,11 @@ class Producer:
             if len(state.acks) < self.settings.world_size:
                 return
             self._record("trained", **self._where(step))
-            pairs = self._release_step(step, state)
+            pairs, slots = self._retire_step(step, state)
         self._remove(pairs, step=step)
+        # Room is given back only once the objects are gone, so the store never holds more
+        # than the watermark of samples.
+        self.backpressure.release(slots)
 
     def resume(self, step: int, rank: int, incarnation: str) -> list[int]:
         """A trainer restored the checkpoint after `step` steps: re-deliver every later window.
@@ -256,12 +259,17 @@ class Producer:
             below: list[tuple[int, list[tuple[int, int]]]] = []
             above: list[tuple[int, int]] = []
             rolled = []
+            slots = 0
             for index, state in sorted(self._state.steps.items()):
                 if index < step and not state.trained:
-                    below.append((index, self._release_step(index, state)))
+                    pairs, n = self._retire_step(index, state)
+                    below.append((index, pairs))
+                    slots += n
                 elif index >= step and (state.slots or state.published or state.acks):
                     rolled.append(index)
-                    above += self._release_step(index, state)
+                    pairs, n = self._retire_step(index, state)
+                    above += pairs
+                    slots += n
             self._record("resume", step=step, rank=rank, incarnation=incarnation, rolled=rolled)
             self._cursor = min(self._cursor, step)
             self._publish_ready()
@@ -269,6 +277,7 @@ class Producer:
             self._remove(pairs, step=index)
         # Rolled-back attempts: nobody reads them again; the windows get new attempts.
         self._remove(above)
+        self.backpressure.release(slots)
         log.info("trainer resumed at step %d (rank %d): rolled back %s", step, rank, rolled)
         return rolled
 
@@ -559,20 +568,19 @@ class Producer:
             refs = [[[slots[sid].ref for sid in micro] for micro in rank] for rank in window.ranks]
             self._record("publish", **self._where(index), refs=refs)
 
-    def _release_step(self, index: int, state: StepState) -> list[tuple[int, int]]:
-        """Free a step's backpressure room; the (sample, attempt) pairs to remove."""
+    def _retire_step(self, index: int, state: StepState) -> tuple[list[tuple[int, int]], int]:
+        """Drop a step's reservations: the (sample, attempt) pairs to remove and the room to
+        give back once they are removed."""
         mine = {(index, sid) for sid in state.slots} & self._reserved
+        # Out of the reserved set at once: a rolled-back sample must reserve anew.
         self._reserved -= mine
-        if mine:
-            self.backpressure.release(len(mine))
         sids = set(state.slots)
         pairs = {(sid, slot.attempt) for sid, slot in state.slots.items()}
         # Earlier attempts of the same samples (failed, or leased by a dead producer) go too,
         # unless another live window still holds them.
         referenced = self._referenced_pairs(exclude=index)
         pairs |= {p for p in self._state.live if p[0] in sids and p not in referenced}
-        self._cond.notify_all()
-        return sorted(pairs)
+        return sorted(pairs), len(mine)
 
     def _referenced_pairs(self, exclude: int | None = None) -> set[tuple[int, int]]:
         return {
