@@ -11,6 +11,7 @@ def all_commands() -> list[click.Command]:
     from .explain_cmd import explain_buckets
     from .lint_cmd import lint
     from .serve_capture_cmd import serve_capture
+    from .train_cmd import train
 
-    commands: list[click.Command] = [lint, config, explain_buckets, serve_capture]
+    commands: list[click.Command] = [lint, config, explain_buckets, train, serve_capture]
     return commands

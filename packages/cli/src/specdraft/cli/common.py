@@ -1,0 +1,36 @@
+"""Shared by the commands: the --set option, and loading a config or exiting with its errors."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+# Exit status of a config that cannot be used (same as `lint` for I/O and syntax errors).
+CONFIG_ERROR_EXIT = 2
+
+
+def overrides_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The repeatable `--set key.path=value` option, passed as `overrides`."""
+    return click.option(
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override a config value (a TOML literal), e.g. --set training.max_steps=10; "
+        "validated like the file. Repeatable.",
+    )(func)
+
+
+def load_or_exit(path: str, overrides: Sequence[str] = ()) -> Any:
+    """Load and validate a config; on failure print `path:line:col: CODE message` and exit 2."""
+    from specdraft.config import ConfigError, load_config
+    from specdraft.config.report import format_config_error
+
+    try:
+        return load_config(path, overrides)
+    except ConfigError as err:
+        click.echo(format_config_error(err, overrides).rstrip("\n"), err=True)
+        sys.exit(CONFIG_ERROR_EXIT)

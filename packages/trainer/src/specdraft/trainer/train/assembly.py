@@ -1,0 +1,243 @@
+"""Run assembly: turn a validated Config into a ready Trainer on this rank.
+
+The order matters and is explicit: seed; target head; data and the one pad policy; sampler; draft
+(fp32 master weights); backend options (computed once: the bucket count goes to the backend only
+with compile_blocks); prepare (compile blocks in place, then shard); optimizer and schedule;
+evaluation; resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from specdraft.collate import MicroBatchSampler, pad_policy_from_config
+from specdraft.config import Config
+
+from ..backends import BackendOptions, backend_options_from_config, prepare
+from ..runtime import DistContext
+from .checkpoint import load_checkpoint, resolve_resume
+from .metrics import MetricsWriter
+from .schedule import build_scheduler
+from .sources import BatchShape, LocalBatchSource
+from .trainer import Trainer, TrainSettings
+
+log = logging.getLogger(__name__)
+
+# Anchors are re-drawn every epoch: the spec's seed moves by this stride per epoch.
+EPOCH_SEED_STRIDE = 1_000_003
+
+
+@dataclass
+class RunData:
+    """The training data of a run as the trainer sees it."""
+
+    dataset: Any
+    lengths: list[int]
+    fingerprint: str
+    features: Any | None  # in-process target feature extractor, or None (offline features)
+
+
+def run_fingerprint(config: Config, data_fingerprint: str) -> dict[str, Any]:
+    """What a checkpoint must agree on with the config that resumes it."""
+    model = config.model
+    return {
+        "algorithm": model.algorithm,
+        "block_size": model.block_size,
+        "num_anchors": config.training.num_anchors,
+        "target_layer_ids": list(model.target_layer_ids),
+        "num_draft_layers": model.num_draft_layers,
+        "mask_token_id": model.mask_token_id,
+        "max_length": config.data.max_length,
+        "data": data_fingerprint,
+    }
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def target_dtype(device: torch.device) -> torch.dtype:
+    """The frozen target runs in bf16 on GPU and fp32 on CPU."""
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def load_run_data(config: Config, ctx: DistContext, *, progress: bool) -> RunData:
+    """Training data: tokenised conversations (+ the in-process target) or offline features."""
+    if config.data.format == "features":
+        from ..features.prepare import expected_feature_meta
+        from ..features.shards import FeatureShardDataset
+
+        dataset = FeatureShardDataset(
+            config.data.train_paths, expected=expected_feature_meta(config)
+        )
+        return RunData(dataset, list(dataset.lengths), str(dataset.meta.get("data")), None)
+
+    from ..data import build_dataset
+    from ..models import TargetFeatureExtractor
+
+    # Rank 0 tokenises (and fills the cache) first; the others then read the cache.
+    if not ctx.is_main:
+        _barrier()
+    dataset, report = build_dataset(config, split="train", progress=progress and ctx.is_main)
+    if ctx.is_main:
+        _barrier()
+        log.info("training data: %s", report.describe())
+    lengths = [len(ids) for ids in dataset["input_ids"]]
+    extractor = TargetFeatureExtractor(
+        config.model.target,
+        list(config.model.target_layer_ids),
+        dtype=target_dtype(ctx.device),
+        device=ctx.device,
+    )
+    return RunData(dataset, lengths, report.fingerprint, extractor)
+
+
+def build_trainer(
+    config: Config,
+    ctx: DistContext,
+    *,
+    resume: str | None = None,
+    progress: bool = True,
+    source: Any | None = None,
+) -> Trainer:
+    """Assemble everything for `Trainer.fit` on this rank."""
+    from ..models import DraftTrainSpec, build_draft, load_target_config, load_target_head
+
+    training = config.training
+    torch.manual_seed(training.seed)
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    target_config = load_target_config(config.model.target)
+    head = load_target_head(config.model.target, dtype=target_dtype(ctx.device)).to(ctx.device)
+    with_eval = bool(config.data.eval_paths)
+    options = backend_options_from_config(config, ctx.device, with_eval=with_eval)
+
+    pad_to = pad_policy_from_config(config)
+    data = None
+    if source is None:
+        data = load_run_data(config, ctx, progress=progress)
+        sampler = MicroBatchSampler(
+            data.lengths,
+            micro_batch_size=training.micro_batch_size,
+            grad_accum_steps=training.grad_accum_steps,
+            num_replicas=ctx.world_size,
+            rank=ctx.rank,
+            seed=training.seed,
+            length_grouped=config.data.length_grouped,
+            bucket_synchronized=config.data.bucket_synchronized,
+            pad_to=pad_to,
+            mega_batch_multiplier=config.data.mega_batch_multiplier,
+        )
+        shape = batch_shape(config, target_config, options)
+        source = LocalBatchSource(
+            data.dataset,
+            sampler,
+            pad_to=pad_to,
+            shape=shape,
+            grad_accum_steps=training.grad_accum_steps,
+            rank=ctx.rank,
+            features=data.features,
+            device=ctx.device,
+        )
+    data_fingerprint = data.fingerprint if data is not None else getattr(source, "fingerprint", "")
+
+    # fp32 master weights; the backend computes in options.param_dtype.
+    torch.manual_seed(training.seed)
+    draft = build_draft(config.model, target_config, dtype=torch.float32, device=ctx.device)
+    draft_config = draft.config
+    model = prepare(draft, options)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=training.learning_rate, weight_decay=training.weight_decay
+    )
+    settings = TrainSettings(
+        grad_accum_steps=training.grad_accum_steps,
+        num_epochs=training.num_epochs,
+        max_steps=training.max_steps,
+        max_grad_norm=training.max_grad_norm,
+        log_interval=training.log_interval,
+        save_interval=training.save_interval,
+        eval_interval=training.eval_interval,
+        micro_batch_size=training.micro_batch_size,
+        fail_on_recompile=training.fail_on_recompile,
+        compile_blocks=training.compile_blocks,
+        progress_bar=config.tracking.progress_bar and progress,
+    )
+    spec = DraftTrainSpec.from_config(config, ctx.device)
+    writer = MetricsWriter(
+        Path(config.tracking.jsonl_path or output_dir / "metrics.jsonl"),
+        tensorboard_dir=(
+            Path(config.tracking.tensorboard_dir or output_dir / "tensorboard")
+            if config.tracking.tensorboard
+            else None
+        ),
+        enabled=ctx.is_main,
+    )
+    placeholder = build_scheduler(optimizer, total_steps=1, warmup_ratio=0.0, kind="constant")
+    trainer = Trainer(
+        model=model,
+        head=head,
+        spec=spec,
+        optimizer=optimizer,
+        scheduler=placeholder,
+        source=source,
+        settings=settings,
+        ctx=ctx,
+        output_dir=output_dir,
+        writer=writer,
+        fingerprint=run_fingerprint(config, data_fingerprint),
+        spec_for_epoch=lambda s, epoch: dataclasses.replace(
+            s, seed=s.seed + epoch * EPOCH_SEED_STRIDE
+        ),
+        draft_config=draft_config,
+    )
+    trainer.scheduler = build_scheduler(
+        optimizer,
+        total_steps=max(1, trainer.total_steps()),
+        warmup_ratio=training.warmup_ratio,
+        kind=training.lr_scheduler,
+    )
+    if with_eval:
+        from .eval_run import build_evaluator
+
+        trainer.evaluate = build_evaluator(
+            config, ctx, model=model, head=head, spec=spec, pad_to=pad_to, data=data
+        )
+    checkpoint = resolve_resume(resume or training.resume_from, output_dir)
+    if checkpoint is not None:
+        trainer.restore(
+            load_checkpoint(
+                checkpoint,
+                model=model,
+                optimizer=optimizer,
+                ctx=ctx,
+                fingerprint=trainer.fingerprint,
+            )
+        )
+    return trainer
+
+
+def batch_shape(config: Config, target_config: Any, options: BackendOptions) -> BatchShape:
+    """Widths and dtype of this run's batches."""
+    text = (
+        target_config.get_text_config()
+        if hasattr(target_config, "get_text_config")
+        else target_config
+    )
+    hidden = int(text.hidden_size)
+    return BatchShape(
+        micro_batch_size=config.training.micro_batch_size,
+        feature_width=hidden * len(config.model.target_layer_ids),
+        hidden_size=hidden,
+        with_last_hidden=config.model.algorithm == "dspark",
+        feature_dtype=options.param_dtype,
+        static=config.training.static_shapes,
+    )

@@ -1,0 +1,143 @@
+"""Entry points of a training run: the per-rank main, the dry-run plan, the target checks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specdraft.collate import describe_pad_to, pad_policy_from_config
+from specdraft.config import Config, compile_plan, load_config
+
+log = logging.getLogger("specdraft")
+
+
+def configure_logging(rank: int) -> None:
+    """Log INFO from rank 0 and warnings from the others, with the rank in every line."""
+    level = logging.INFO if rank == 0 else logging.WARNING
+    logging.basicConfig(
+        level=level,
+        format=f"[rank{rank}] %(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+def rank_main(
+    config_path: str, overrides: list[str], resume: str | None, progress: bool = True
+) -> dict[str, Any]:
+    """What every trainer rank runs (picklable for the elastic launcher)."""
+    from ..runtime import init_distributed, shutdown_distributed
+
+    config = load_config(config_path, overrides)
+    ctx = init_distributed()
+    configure_logging(ctx.rank)
+    try:
+        if config.deployment.mode == "disaggregated":
+            from ..disagg.trainer_side import build_disaggregated_trainer
+
+            trainer = build_disaggregated_trainer(config, ctx, resume=resume, progress=progress)
+        else:
+            from .assembly import build_trainer
+
+            trainer = build_trainer(config, ctx, resume=resume, progress=progress)
+        result = trainer.fit()
+        summary = {
+            "final_step": result.final_step,
+            "first_loss": result.history[0].loss if result.history else None,
+            "last_loss": result.history[-1].loss if result.history else None,
+            "evals": result.evals,
+            "compile_graphs": result.compile_graphs,
+            "recompiles_after_warmup": result.recompiles_after_warmup,
+            "checkpoint": str(result.last_checkpoint) if result.last_checkpoint else None,
+        }
+        if ctx.is_main:
+            path = Path(config.output_dir) / "summary.json"
+            path.write_text(json.dumps(summary, indent=2))
+        trainer.writer.close()
+        return summary
+    finally:
+        shutdown_distributed()
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What `specdraft train --dry-run` prints."""
+
+    lines: list[str]
+
+
+def dry_run_plan(config: Config, *, world_size: int) -> RunPlan:
+    """Validate set-up without the cluster: build the draft on the meta device and plan."""
+    from ..models import build_draft, load_target_config
+
+    target_config = load_target_config(config.model.target)
+    draft = build_draft(config.model, target_config, dtype=torch.float32, device="meta")
+    params = sum(p.numel() for p in draft.parameters())
+    training = config.training
+    pad_to = pad_policy_from_config(config)
+    plan = compile_plan(config)
+    # fp32 master weights + fp32 grads + two AdamW moments, sharded over the ranks.
+    state_gb = params * 16 / world_size / 2**30
+    device = "cuda (NCCL)" if torch.cuda.is_available() else "cpu (gloo)"
+    text = target_config.get_text_config()
+    vocab = int(text.vocab_size)
+    hidden = int(text.hidden_size)
+    bs = config.model.block_size
+    tokens = training.num_anchors * bs * training.micro_batch_size
+    # The largest transient: one chunk of full-vocabulary fp32 logits (and its gradient).
+    chunk_blocks = min(training.logits_chunk_blocks, training.num_anchors)
+    logits_gb = 2 * chunk_blocks * bs * training.micro_batch_size * vocab * 4 / 2**30
+    frozen_gb = 2 * vocab * hidden * (2 if device.startswith("cuda") else 4) / 2**30
+    lines = [
+        f"config:      {config.run_id} ({config.model.algorithm}, block {bs}, "
+        f"{config.model.num_draft_layers} draft layer(s), layers {config.model.target_layer_ids})",
+        f"ranks:       {world_size} ({config.deployment.nnodes} node(s) x "
+        f"{config.deployment.nproc_per_node}) on {device}",
+        f"backend:     {training.backend}, mixed precision {training.mixed_precision}, "
+        f"reshard_after_forward={training.reshard_after_forward}",
+        f"pad policy:  {describe_pad_to(pad_to)}",
+        f"compile:     {plan.describe()}",
+        f"batch:       micro {training.micro_batch_size} x accum {training.grad_accum_steps} x "
+        f"{world_size} ranks = {training.micro_batch_size * training.grad_accum_steps * world_size}"
+        f" samples per optimizer step; {tokens} draft tokens per micro-batch",
+        f"draft:       {params / 1e6:.1f}M trainable parameters",
+        f"memory/rank: ~{state_gb:.2f} GiB weights+grads+AdamW (sharded), "
+        f"~{frozen_gb:.2f} GiB frozen embedding+LM head, ~{logits_gb:.2f} GiB logits chunk",
+        f"output:      {config.output_dir}",
+    ]
+    return RunPlan(lines)
+
+
+def target_check_errors(config: Config) -> list[str]:
+    """Config checks that need the target (layer ids in range, mask token id, widths)."""
+    from specdraft.config.codes import get as code_info
+    from specdraft.config.rules import target_problems
+    from specdraft.config.target_info import TargetUnreadable, read_target_info
+
+    try:
+        info = read_target_info(config.model.target)
+    except TargetUnreadable as exc:
+        return [
+            f"model.target = {config.model.target!r}: cannot read the target ({exc}); "
+            "point it at a local HF model folder"
+        ]
+    errors = []
+    for problem in target_problems(config, info):
+        if code_info(problem.code).severity == "error":
+            key = ".".join(str(p) for p in problem.key)
+            errors.append(f"{problem.code} {key}: {problem.message}")
+    return errors
+
+
+def launch_environment_defaults() -> None:
+    """Environment every rank inherits: offline hub, quiet tokenizers."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,0 +1,147 @@
+"""Batch sources: turn a sampler's micro-batches of indices into collated, featured batches.
+
+Every source pads with the run's one pad policy (`pad_policy_from_config`) and, under static
+shapes, also pads the batch dimension to `micro_batch_size` with zero-weight rows, so compiled
+blocks only ever see the shapes the warm-up built. An empty micro-batch (a rank with nothing left
+in the last window) becomes a zero-weight dummy batch: every rank still runs the same forward and
+backward, which sharded models need for their collectives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from specdraft.collate import DataCollatorWithPadding, MicroBatchSampler, resolve_static_length
+
+# (input_ids [B,S], attention_mask [B,S]) -> (hidden_states [B,S,L*H], last_hidden [B,S,H])
+FeatureFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """Widths a batch must have, for dummies and for checks."""
+
+    micro_batch_size: int
+    feature_width: int  # L * H
+    hidden_size: int  # H
+    with_last_hidden: bool  # DSpark needs target_last_hidden_states
+    feature_dtype: torch.dtype
+    static: bool  # pad the batch dimension too (static shapes)
+
+
+def dummy_batch(shape: BatchShape, length: int, rows: int | None = None) -> dict[str, Any]:
+    """A zero-weight batch of `rows` x `length` (no supervised token, so no anchor and no loss)."""
+    rows = rows or shape.micro_batch_size
+    batch: dict[str, Any] = {
+        "input_ids": torch.zeros(rows, length, dtype=torch.long),
+        "loss_mask": torch.zeros(rows, length, dtype=torch.long),
+        "hidden_states": torch.zeros(rows, length, shape.feature_width, dtype=shape.feature_dtype),
+        "sample_id": torch.zeros(rows, dtype=torch.long),
+        "num_real": 0,
+    }
+    if shape.with_last_hidden:
+        batch["target_last_hidden_states"] = torch.zeros(
+            rows, length, shape.hidden_size, dtype=shape.feature_dtype
+        )
+    return batch
+
+
+def pad_rows(batch: dict[str, Any], rows: int) -> dict[str, Any]:
+    """Append zero rows (no loss weight) until the batch has `rows` rows."""
+    have = batch["input_ids"].shape[0]
+    if have >= rows:
+        return batch
+    out = dict(batch)
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == have:
+            extra = value.new_zeros((rows - have, *value.shape[1:]))
+            out[key] = torch.cat([value, extra])
+    return out
+
+
+class LocalBatchSource:
+    """Batches from an indexable dataset, with target features computed in-process if needed."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        sampler: MicroBatchSampler,
+        *,
+        pad_to: int | tuple[int, ...] | None,
+        shape: BatchShape,
+        grad_accum_steps: int,
+        rank: int,
+        features: FeatureFn | None = None,
+        device: torch.device | None = None,
+    ) -> None:
+        self.dataset = dataset
+        self.sampler = sampler
+        self.pad_to = pad_to
+        self.collate = DataCollatorWithPadding(pad_to=pad_to)
+        self.shape = shape
+        self.accum = grad_accum_steps
+        self.rank = rank
+        self.features = features
+        self.device = device or torch.device("cpu")
+
+    def micro_batches_per_epoch(self) -> int:
+        """Micro-batches per rank per epoch (the sampler pads it to a multiple of accum)."""
+        return len(self.sampler)
+
+    def static_lengths(self) -> tuple[int, ...]:
+        """The lengths a batch can be padded to (empty for pad-to-longest)."""
+        if self.pad_to is None:
+            return ()
+        if isinstance(self.pad_to, int):
+            return (self.pad_to,)
+        return tuple(self.pad_to)
+
+    def warmup_batches(self) -> list[Mapping[str, Any]]:
+        """One dummy batch per static length, on the device."""
+        return [self._to_device(dummy_batch(self.shape, n)) for n in self.static_lengths()]
+
+    def windows(self, epoch: int, start_window: int) -> Iterator[list[Mapping[str, Any]]]:
+        """This rank's windows of `epoch` from `start_window`, built lazily."""
+        plan = self.sampler.epoch_plan(epoch)[self.rank]
+        count = len(plan) // self.accum
+        for window in range(start_window, count):
+            micro = plan[window * self.accum : (window + 1) * self.accum]
+            yield [self.batch(indices) for indices in micro]
+
+    def acknowledge(self, epoch: int, window: int) -> None:
+        """Nothing to free for local data."""
+
+    def batch(self, indices: Sequence[int]) -> dict[str, Any]:
+        """Collate, feature and place one micro-batch (a dummy for an empty one)."""
+        if not indices:
+            length = resolve_static_length(1, self.pad_to)
+            rows = self.shape.micro_batch_size if self.shape.static else 1
+            return self._to_device(dummy_batch(self.shape, length, rows))
+        rows = [self.dataset[int(i)] for i in indices]
+        batch: dict[str, Any] = self.collate(rows)
+        batch["num_real"] = len(indices)
+        if self.shape.static:
+            batch = pad_rows(batch, self.shape.micro_batch_size)
+        if self.features is not None and "hidden_states" not in batch:
+            ids = batch["input_ids"].to(self.device)
+            # All ones: with causal attention and right padding the real tokens' features are
+            # the same either way, and a fully masked dummy row would give NaN features.
+            hidden, last = self.features(ids, torch.ones_like(ids))
+            batch["hidden_states"] = hidden
+            if self.shape.with_last_hidden:
+                batch["target_last_hidden_states"] = last
+        return self._to_device(batch)
+
+    def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in batch.items():
+            if isinstance(value, torch.Tensor):
+                value = value.to(self.device, non_blocking=True)
+                if value.is_floating_point():
+                    value = value.to(self.shape.feature_dtype)
+            out[key] = value
+        return out
