@@ -55,6 +55,7 @@ def _unshare_problem() -> str | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(IN_NETNS, reason="this is the wrapper; its body runs outside the namespace")
 def test_mooncake_store_in_a_network_namespace():
     pytest.importorskip("mooncake.store", reason="mooncake-transfer-engine is not installed")
