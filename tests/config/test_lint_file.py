@@ -149,3 +149,11 @@ def test_fifty_files_lint_well_under_a_second(tmp_path):
     assert findings == []
     # Measured ~0.05 s on two shared CPU cores; the bound leaves room for a loaded machine.
     assert elapsed < 1.0, f"linting 50 files took {elapsed:.2f} s"
+
+
+def test_absurdly_deep_nesting_is_reported_not_raised(tmp_path):
+    path = tmp_path / "deep.toml"
+    path.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    [finding] = lint_file(path)
+    assert finding.code == "SD001"
+    assert "nests too deeply" in finding.message

@@ -10,6 +10,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import tomli
 from pydantic import ValidationError
@@ -59,12 +60,12 @@ def finalize(findings: Iterable[Finding], *, strict: bool) -> list[Finding]:
 
 def _lint(path: str, *, target: str | None) -> list[Finding]:
     try:
-        text, _ = read_toml(path)
+        text, document = read_toml(path)
     except ConfigError as err:
         return findings_from_error(err)
     except RecursionError:
         return [_too_deep(path)]
-    return _lint_document(path, text, target=target)
+    return _check_document(path, text, document, target=target)
 
 
 def _lint_document(path: str, text: str, *, target: str | None) -> list[Finding]:
@@ -81,6 +82,12 @@ def _lint_document(path: str, text: str, *, target: str | None) -> list[Finding]
         return findings_from_error(err)
     except RecursionError:
         return [_too_deep(path)]
+    return _check_document(path, text, document, target=target)
+
+
+def _check_document(
+    path: str, text: str, document: dict[str, Any], *, target: str | None
+) -> list[Finding]:
     try:
         config = validate_config(document)
     except ValidationError as exc:
