@@ -241,3 +241,27 @@ def test_layers_trace_to_one_full_graph_per_grad_mode(algorithm, draft_model_con
         compiled(first, context, rotary, mask).sum().backward()
         compiled(later, context, rotary, mask).sum().backward()
     assert counter.frame_count == 2
+
+
+def test_attention_backend_auto_is_flex_on_cuda_and_sdpa_elsewhere():
+    from specdraft.trainer.models import resolve_attention_backend
+
+    assert resolve_attention_backend("auto", "cpu") == "sdpa"
+    assert resolve_attention_backend("auto", "cuda") == "flex"
+    assert resolve_attention_backend("flex", "cpu") == "flex"
+    with pytest.raises(ValueError, match="'auto', 'sdpa', 'flex'"):
+        resolve_attention_backend("xformers", "cpu")
+
+
+def test_train_spec_comes_from_the_run_config(draft_model_config):
+    from specdraft.config.schema import Config
+
+    config = Config(
+        model=draft_model_config("dflash2").model_dump(),
+        data={"train_paths": ["x.jsonl"]},
+        training={"num_anchors": 7, "logits_chunk_blocks": 3, "seed": 5, "loss_decay_gamma": 2.5},
+    )
+    spec = DraftTrainSpec.from_config(config, "cpu")
+    assert spec == DraftTrainSpec(
+        num_anchors=7, loss_decay_gamma=2.5, attention_backend="sdpa", logits_chunk_blocks=3, seed=5
+    )
