@@ -32,12 +32,15 @@ from specdraft.trainer.disagg.store import local_store_root
 from specdraft.trainer.disagg.window_client import WindowClient
 
 
-def make_prompts(n: int, *, vocab: int = 90, first_id: int = 1000, seed: int = 0) -> list[Prompt]:
-    """n prompts of 3..24 tokens with a supervised tail, sample ids first_id.. (not indices)."""
+def make_prompts(
+    n: int, *, vocab: int = 90, first_id: int = 1000, seed: int = 0, longest: int = 24
+) -> list[Prompt]:
+    """n prompts of 3..longest tokens with a supervised tail, sample ids first_id.. (not
+    indices)."""
     g = torch.Generator().manual_seed(seed)
     prompts = []
     for i in range(n):
-        length = int(torch.randint(3, 25, (1,), generator=g))
+        length = int(torch.randint(3, longest + 1, (1,), generator=g))
         ids = torch.randint(1, vocab, (length,), generator=g).tolist()
         prompt_len = max(1, length // 3)
         mask = [0] * prompt_len + [1] * (length - prompt_len)
@@ -55,6 +58,8 @@ def runtime_config(
     num_epochs: int = 2,
     algorithm: str = "dflash2",
     disaggregated: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+    data: dict[str, Any] | None = None,
 ) -> Config:
     """A disaggregated config for the tiny target with small batches and short timeouts."""
     dis = {
@@ -66,14 +71,18 @@ def runtime_config(
         **(disaggregated or {}),
     }
     high_watermark = dis.pop("high_watermark", None)
-    data = make_config(Path(target), run_dir, algorithm=algorithm, disaggregated=dis).model_dump()
-    data["training"].update(
-        micro_batch_size=micro_batch_size, grad_accum_steps=grad_accum_steps, num_epochs=num_epochs
+    doc = make_config(Path(target), run_dir, algorithm=algorithm, disaggregated=dis).model_dump()
+    doc["training"].update(
+        micro_batch_size=micro_batch_size,
+        grad_accum_steps=grad_accum_steps,
+        num_epochs=num_epochs,
+        **(training or {}),
     )
-    data["deployment"]["nproc_per_node"] = world_size
-    data["deployment"]["disaggregated"]["high_watermark"] = high_watermark
+    doc["data"].update(data or {})
+    doc["deployment"]["nproc_per_node"] = world_size
+    doc["deployment"]["disaggregated"]["high_watermark"] = high_watermark
     # Validated as a whole: the cross-field rules (watermark >= one window) see the final sizes.
-    return Config.model_validate(data)
+    return Config.model_validate(doc)
 
 
 class FakeCapture:

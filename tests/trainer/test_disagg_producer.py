@@ -3,20 +3,26 @@ feature store, the window controller, and trainer ranks with `WindowClient`."""
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
+
 import pytest
 import torch
 from _disagg_runtime import (
     Delivered,
+    FakeCapture,
     expected_once,
     ledger_trained_counts,
     make_prompts,
     running_producer,
     runtime_config,
+    spec_for,
     start_capture_server,
     train_ranks,
     wait_idle,
 )
 
+from specdraft.collate import pad_policy_from_config, resolve_static_length
 from specdraft.trainer.disagg.local_store import LocalFeatureStore
 from specdraft.trainer.disagg.prompts import Prompt
 from specdraft.trainer.disagg.store import local_store_root
@@ -26,6 +32,8 @@ from specdraft.trainer.disagg.window_client import (
     WindowError,
     new_incarnation,
 )
+from specdraft.trainer.disagg.window_source import WindowBatchSource
+from specdraft.trainer.train.sources import BatchShape
 
 
 @pytest.fixture
@@ -153,3 +161,61 @@ def test_window_requests_outside_the_run_or_replayed_without_resume_are_refused(
             trainer.next_window(0)
         with pytest.raises(WindowError, match="rank 5 is outside"):
             WindowClient(rank=5, timeout_s=5, url=rt.controller.url).next_window(0)
+
+
+def test_the_window_source_collates_with_the_runs_static_buckets(tiny_qwen3_target, tmp_path):
+    """The disaggregated call site pads like the local one: every micro-batch to the smallest
+    shape bucket that fits, the batch dimension to micro_batch_size, empties as dummies."""
+    cfg = runtime_config(
+        tiny_qwen3_target.path,
+        tmp_path,
+        micro_batch_size=3,
+        training={"static_shapes": True, "static_shape_buckets": [128]},
+        data={"max_length": 256},
+    )
+    pad_to = pad_policy_from_config(cfg)
+    assert pad_to == (128, 256)
+    store = LocalFeatureStore(local_store_root(tmp_path))
+    prompts = make_prompts(13, longest=200)
+    shape = BatchShape(
+        micro_batch_size=3,
+        feature_width=2 * 32,
+        hidden_size=32,
+        with_last_hidden=False,
+        feature_dtype=torch.float32,
+        static=True,
+    )
+    batches: dict[int, list[dict]] = {0: [], 1: []}
+    with running_producer(
+        cfg, tmp_path, prompts, [FakeCapture(store, spec_for(cfg, 32))], store=store
+    ) as rt:
+
+        def rank_loop(rank):
+            source = WindowBatchSource(
+                rt.client(rank), store, pad_to=pad_to, shape=shape, grad_accum_steps=2
+            )
+            assert source.micro_batches_per_epoch() == 2 * rt.producer.plan.windows_per_epoch
+            for epoch in range(2):
+                for window, micro in enumerate(source.windows(epoch, 0)):
+                    batches[rank].extend(micro)
+                    source.acknowledge(epoch, window)
+
+        threads = [threading.Thread(target=rank_loop, args=(r,)) for r in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert rt.producer.wait(timeout=10)
+    lengths = {p.sample_id: len(p.input_ids) for p in prompts}
+    seen = []
+    for batch in batches[0] + batches[1]:
+        real = batch["num_real"]
+        assert batch["input_ids"].shape[0] == 3  # static: padded rows
+        ids = batch["sample_id"][:real].tolist()
+        seen += ids
+        longest = max((lengths[i] for i in ids), default=1)
+        assert batch["input_ids"].shape[1] == resolve_static_length(longest, pad_to)
+        assert batch["hidden_states"].shape[1:] == (batch["input_ids"].shape[1], 64)
+        assert batch["loss_mask"][real:].sum() == 0  # padding rows carry no loss
+    assert Counter(seen) == Counter({p.sample_id: 2 for p in prompts})  # once per epoch
+    assert {b["input_ids"].shape[1] for b in batches[0] + batches[1]} == {128, 256}

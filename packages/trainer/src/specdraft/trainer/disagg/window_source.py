@@ -1,0 +1,104 @@
+"""The disaggregated `BatchSource` of `Trainer.fit`: windows from the producer, tensors from
+the feature store, collated with the run's one pad policy (the second call site of the static
+pad lengths and buckets, next to `LocalBatchSource`).
+
+Step numbering: the trainer's (epoch, window) is global step `epoch * windows_per_epoch +
+window`, the same number the producer's ledger and controller use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from specdraft.collate import DataCollatorWithPadding, resolve_static_length
+
+from ..train.sources import BatchShape, dummy_batch, pad_rows
+from .fetch import fetch_micro_batches
+from .store import FeatureStore
+from .window_client import WindowClient
+
+
+class WindowBatchSource:
+    """This rank's optimizer windows, delivered by the producer and read from the store."""
+
+    def __init__(
+        self,
+        client: WindowClient,
+        store: FeatureStore,
+        *,
+        pad_to: int | tuple[int, ...] | None,
+        shape: BatchShape,
+        grad_accum_steps: int,
+        device: torch.device | None = None,
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.pad_to = pad_to
+        self.collate = DataCollatorWithPadding(pad_to=pad_to)
+        self.shape = shape
+        self.accum = grad_accum_steps
+        self.device = device or torch.device("cpu")
+        plan = client.plan()
+        self.windows_per_epoch = int(plan["windows_per_epoch"])
+        self.total_steps = int(plan["total_steps"])
+
+    def micro_batches_per_epoch(self) -> int:
+        """Micro-batches per rank per epoch, from the producer's plan."""
+        return self.windows_per_epoch * self.accum
+
+    def step_of(self, epoch: int, window: int) -> int:
+        """The global step of an epoch's window."""
+        return epoch * self.windows_per_epoch + window
+
+    def warmup_batches(self) -> list[Mapping[str, Any]]:
+        """One dummy batch per static length, on the device."""
+        if self.pad_to is None:
+            return []
+        lengths = (self.pad_to,) if isinstance(self.pad_to, int) else tuple(self.pad_to)
+        return [self._to_device(dummy_batch(self.shape, n)) for n in lengths]
+
+    def windows(self, epoch: int, start_window: int) -> Iterator[list[Mapping[str, Any]]]:
+        """This rank's windows of `epoch` from `start_window`, fetched as they are needed."""
+        for window in range(start_window, self.windows_per_epoch):
+            step = self.step_of(epoch, window)
+            if step >= self.total_steps:
+                return
+            micro = fetch_micro_batches(self.store, self.client.next_window(step))
+            yield [self.batch(rows) for rows in micro]
+
+    def acknowledge(self, epoch: int, window: int) -> None:
+        """The window is trained: the producer may free its features."""
+        self.client.ack(self.step_of(epoch, window))
+
+    def resume(self, epoch: int, window: int, *, incarnation: str) -> list[int]:
+        """After restoring a checkpoint at (epoch, window): later windows come again."""
+        return self.client.resume(self.step_of(epoch, window), incarnation=incarnation)
+
+    def stats(self) -> dict[str, float]:
+        """The producer's counters, for the metrics log."""
+        return self.client.stats()
+
+    def batch(self, rows: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, Any]:
+        """Collate one micro-batch of sample rows (a zero-weight dummy for an empty one)."""
+        if not rows:
+            length = resolve_static_length(1, self.pad_to)
+            count = self.shape.micro_batch_size if self.shape.static else 1
+            return self._to_device(dummy_batch(self.shape, length, count))
+        batch: dict[str, Any] = self.collate(list(rows))
+        batch["num_real"] = len(rows)
+        if self.shape.static:
+            batch = pad_rows(batch, self.shape.micro_batch_size)
+        return self._to_device(batch)
+
+    def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in batch.items():
+            if isinstance(value, torch.Tensor):
+                value = value.to(self.device, non_blocking=True)
+                if value.is_floating_point():
+                    value = value.to(self.shape.feature_dtype)
+            out[key] = value
+        return out
