@@ -10,7 +10,7 @@ import pytest
 import tomli
 from click.testing import CliRunner
 
-from specdraft.cli.main import _register, cli
+from specdraft.cli.main import cli
 from specdraft.config import load_config, validate_config
 from specdraft.config.report import TEXT_LINE
 
@@ -21,7 +21,6 @@ EXAMPLE = ROOT / "examples" / "qwen3-8b-dspark-8192.toml"
 @pytest.fixture(scope="module")
 def config_cmd():
     """Run `specdraft config ARGS` in-process."""
-    _register()
     runner = CliRunner()
 
     def invoke(*args: str):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specdraft.cli.main import _register, cli
+from specdraft.cli.main import cli
 from specdraft.collate import resolve_static_length
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "qwen3-8b-dflash2-2048.toml"
@@ -20,7 +20,6 @@ LENGTHS = [37, 128, 129, 511, 513, 1000, 1024, 1025, 1536, 1537, 2000, 2048]
 
 @pytest.fixture(scope="module")
 def run():
-    _register()
     runner = CliRunner()
 
     def invoke(*args: str):

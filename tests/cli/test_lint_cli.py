@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdraft.cli.main import _register, cli
+from specdraft.cli.main import cli
 from specdraft.config.report import TEXT_LINE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +24,6 @@ GOOD = (ROOT / "examples" / "qwen3-8b-dflash2-2048.toml").read_text()
 @pytest.fixture(scope="module")
 def lint():
     """Run `specdraft lint ARGS` in-process from the repository root."""
-    _register()
     runner = CliRunner()
 
     def invoke(*args: str):

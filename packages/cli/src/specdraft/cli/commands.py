@@ -1,17 +1,24 @@
-"""The list of `specdraft` subcommands. Add a command by importing it here."""
+"""The table of `specdraft` subcommands: name -> "module:attribute", imported only when used.
+
+A lazy table keeps `specdraft --help` and `specdraft lint` fast and torch-free, and means one
+command module that fails to import cannot take the other commands down with it.
+"""
 
 from __future__ import annotations
 
-import click
+COMMANDS: dict[str, str] = {
+    "lint": "specdraft.cli.lint_cmd:lint",
+    "config": "specdraft.cli.config_cmd:config",
+    "explain-buckets": "specdraft.cli.explain_cmd:explain_buckets",
+    "train": "specdraft.cli.train_cmd:train",
+    "serve-capture": "specdraft.cli.serve_capture_cmd:serve_capture",
+}
 
-
-def all_commands() -> list[click.Command]:
-    """Every subcommand, imported lazily so `--help` and `lint` never import torch."""
-    from .config_cmd import config
-    from .explain_cmd import explain_buckets
-    from .lint_cmd import lint
-    from .serve_capture_cmd import serve_capture
-    from .train_cmd import train
-
-    commands: list[click.Command] = [lint, config, explain_buckets, train, serve_capture]
-    return commands
+# One-line summaries for `specdraft --help`, so listing commands imports none of them.
+SUMMARIES: dict[str, str] = {
+    "lint": "Check config files (schema, bucket rules, target) as path:line:col: CODE lines.",
+    "config": "Print the config JSON Schema, or a config with defaults and overrides resolved.",
+    "explain-buckets": "Dry run: the resolved pad lengths and what each costs on the corpus.",
+    "train": "Train a DFlash2 or DSpark drafter (FSDP1/FSDP2, local or disaggregated).",
+    "serve-capture": "Run the embedded capture server (target features into the store).",
+}
