@@ -55,6 +55,8 @@ class DraftModel(PreTrainedModel):
     base_model_prefix = ""
     main_input_name = "input_ids"
     _no_split_modules: ClassVar[list[str]] = ["DFlashDecoderLayer", "DFlash2DecoderLayer"]
+    # Batch keys a family needs beyond REQUIRED_KEYS (DSpark: target_last_hidden_states).
+    extra_batch_keys: tuple[str, ...] = ()
 
     def __init__(self, config: DFlashDraftConfig) -> None:
         super().__init__(config)
@@ -161,8 +163,6 @@ class DraftModel(PreTrainedModel):
             spec.attention_backend,
         )
         return self.objective(hidden, targets, batch, head, spec)
-
-    extra_batch_keys: tuple[str, ...] = ()
 
     def objective(
         self,
