@@ -70,7 +70,7 @@ def test_a_sample_that_keeps_failing_on_a_healthy_server_stops_the_producer_clea
         tiny_qwen3_target.path,
         tmp_path,
         num_epochs=1,
-        disaggregated={"capture_max_retries": 1, "window_timeout_s": 3.0},
+        disaggregated={"capture_max_retries": 1, "window_timeout_s": 1.5},
     )
     store = LocalFeatureStore(local_store_root(tmp_path))
     prompts = make_prompts(4)
@@ -130,7 +130,7 @@ def test_with_every_capture_server_gone_the_producer_and_trainers_fail_with_its_
         tiny_qwen3_target.path,
         tmp_path,
         num_epochs=1,
-        disaggregated={"health_timeout_s": 0.5, "window_timeout_s": 3.0},
+        disaggregated={"health_timeout_s": 0.5, "window_timeout_s": 1.5},
     )
     store = LocalFeatureStore(local_store_root(tmp_path))
     clients = [FakeCapture(store, spec_for(cfg, 32), url=f"http://cap-{i}:1") for i in (0, 1)]

@@ -66,6 +66,7 @@ class CapturePool:
         self._drop_after_s = drop_after_s
         self._on_drop = on_drop
         self._cond = threading.Condition()
+        self._turn = 0
         self._stop = threading.Event()
         self._monitor = threading.Thread(
             target=self._monitor_loop, name="capture-health", daemon=True
@@ -87,10 +88,14 @@ class CapturePool:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                up = [s for s in self._servers if s.up]
+                # Rotate the start so equally loaded servers take turns.
+                n = len(self._servers)
+                ring = [self._servers[(self._turn + i) % n] for i in range(n)]
+                up = [s for s in ring if s.up]
                 if up:
                     server = min(up, key=lambda s: s.inflight)
                     server.inflight += 1
+                    self._turn = (self._servers.index(server) + 1) % n
                     return server.client
                 if all(s.dropped for s in self._servers):
                     raise NoCaptureServer(f"every capture server is gone: {self._summary()}")
