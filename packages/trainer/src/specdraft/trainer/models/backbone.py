@@ -28,6 +28,11 @@ from .target import TargetHead
 REQUIRED_KEYS = ("input_ids", "loss_mask", "hidden_states", "sample_id")
 
 
+# Batch keys that turn a forward into a prediction (evaluation).
+PREDICT_ANCHORS = "predict_anchors"
+PREDICT_KEEP = "predict_keep"
+
+
 class BlockTargets(NamedTuple):
     """Where the blocks sit and what they should predict (see `losses.block_targets`)."""
 
@@ -150,8 +155,22 @@ class DraftModel(PreTrainedModel):
 
     def forward(
         self, batch: dict[str, Tensor], head: TargetHead, spec: DraftTrainSpec
-    ) -> DraftLoss:
-        """Loss sums of one micro-batch (see `DraftLoss`); any pad length gives the same sums."""
+    ) -> DraftLoss | Tensor:
+        """Loss sums of one micro-batch (see `DraftLoss`); any pad length gives the same sums.
+
+        A batch carrying `predict_anchors` / `predict_keep` asks for greedy proposals instead
+        (`predict_blocks`): evaluation goes through forward so that every backend's sharding
+        hooks (FSDP1 only hooks forward) gather the parameters.
+        """
+        if PREDICT_ANCHORS in batch:
+            return self.predict_blocks(
+                batch["input_ids"],
+                batch["hidden_states"],
+                batch[PREDICT_ANCHORS],
+                batch[PREDICT_KEEP],
+                head,
+                spec.attention_backend,
+            )
         require_keys(batch, REQUIRED_KEYS + self.extra_batch_keys)
         targets = self.place_blocks(batch, spec)
         hidden = self.run_backbone(

@@ -15,6 +15,7 @@ from torch import nn
 
 from specdraft.config import Config
 
+from ..models.backbone import PREDICT_ANCHORS, PREDICT_KEEP
 from ..runtime import DistContext
 from .evaluation import (
     EvalRecord,
@@ -117,8 +118,8 @@ def predictor(
         batch = {
             "input_ids": ids.to(device),
             "hidden_states": feats.to(device, dtype),
-            "predict_anchors": anchors.to(device),
-            "predict_keep": keep.to(device),
+            PREDICT_ANCHORS: anchors.to(device),
+            PREDICT_KEEP: keep.to(device),
         }
         return model(batch, head=head, spec=spec)
 

@@ -84,6 +84,19 @@ class FitResult:
     last_checkpoint: Path | None
 
 
+def prediction_batch(batch: Mapping[str, Any], num_anchors: int) -> dict[str, torch.Tensor]:
+    """A one-row evaluation batch shaped like `batch` (evaluation predicts one record at a time)."""
+    from ..models.backbone import PREDICT_ANCHORS, PREDICT_KEEP
+
+    ids = batch["input_ids"][:1]
+    return {
+        "input_ids": ids,
+        "hidden_states": batch["hidden_states"][:1],
+        PREDICT_ANCHORS: torch.zeros(1, num_anchors, dtype=torch.long, device=ids.device),
+        PREDICT_KEEP: torch.zeros(1, num_anchors, dtype=torch.bool, device=ids.device),
+    }
+
+
 def _sum_metrics(acc: dict[str, torch.Tensor], metrics: Mapping[str, torch.Tensor]) -> None:
     for key, value in metrics.items():
         value = value.detach().float()
@@ -183,9 +196,9 @@ class Trainer:
         for batch in batches:
             out = self.model(batch, head=self.head, spec=spec)
             out.numerator.backward()
-            if self.evaluate is not None and hasattr(self.model, "warmup_eval"):
+            if self.evaluate is not None:
                 with torch.no_grad():
-                    self.model.warmup_eval(batch, head=self.head, spec=spec)
+                    self.model(prediction_batch(batch, spec.num_anchors), head=self.head, spec=spec)
         self.optimizer.zero_grad(set_to_none=True)
         self.graphs_after_warmup = compiled_graph_count()
         if self.ctx.is_main:
