@@ -161,7 +161,13 @@ class LedgerState:
 
 
 class Ledger:
-    """Append-only JSONL journal; each append is flushed and fsync'd before it returns."""
+    """Append-only JSONL journal.
+
+    A durable append (the default) is flushed and fsync'd before it returns, with every record
+    written before it. `sync=False` only flushes: for records a restarted producer can do
+    without (a lost capture is captured again, a lost publish published again), so they ride
+    on the next durable append instead of paying an fsync each.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -170,14 +176,15 @@ class Ledger:
         self._lock = threading.Lock()
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held open
 
-    def append(self, ev: str, **fields: Any) -> dict[str, Any]:
-        """Write one record durably and return it."""
+    def append(self, ev: str, *, sync: bool = True, **fields: Any) -> dict[str, Any]:
+        """Write one record (durably unless sync=False) and return it."""
         rec = {"ev": ev, "t": round(time.time(), 3), **fields}
         line = json.dumps(rec, separators=(",", ":")) + "\n"
         with self._lock:
             self._file.write(line)
             self._file.flush()
-            os.fsync(self._file.fileno())
+            if sync:
+                os.fsync(self._file.fileno())
         return rec
 
     def close(self) -> None:

@@ -40,6 +40,12 @@ log = logging.getLogger(__name__)
 
 BASE_TENSORS = ("input_ids", "loss_mask", "hidden_states")
 
+# Records a restarted producer can lose without harm: a lost capture is captured again (its
+# lease, which is durable, keeps the attempt number unique), a lost publish is published again,
+# a lost failure or removal is found again by the restart sweep. Everything a trainer can
+# observe (acks, trained) is durable, and an fsync also makes every earlier record durable.
+_LAZY_EVENTS = frozenset({"capture", "publish", "fail", "removed"})
+
 
 class ProducerError(RuntimeError):
     """The producer stopped: its message says why and what to change."""
@@ -615,9 +621,9 @@ class Producer:
     # ------------------------------------------------------------------ helpers
 
     def _record(self, ev: str, **fields: Any) -> None:
-        """Append a record durably, then apply it: the only way state changes."""
+        """Append a record, then apply it: the only way state changes."""
         with self._cond:
-            rec = self._ledger.append(ev, **fields)
+            rec = self._ledger.append(ev, sync=ev not in _LAZY_EVENTS, **fields)
             self._state.apply(rec)
             self._cond.notify_all()
 
