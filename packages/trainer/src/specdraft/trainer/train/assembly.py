@@ -198,6 +198,8 @@ def build_trainer(
             s, seed=s.seed + epoch * EPOCH_SEED_STRIDE
         ),
         draft_config=draft_config,
+        # Export casts the fp32 master weights to the dtype the config asks for.
+        extra_state={"model_dtype": config.model.dtype, "run_id": config.run_id},
     )
     trainer.scheduler = build_scheduler(
         optimizer,

@@ -124,6 +124,7 @@ class Trainer:
         spec_for_epoch: Callable[[Any, int], Any] | None = None,
         draft_config: Any | None = None,
         extra_metrics: Callable[[], dict[str, float]] | None = None,
+        extra_state: dict[str, Any] | None = None,
     ) -> None:
         self.model = model
         self.head = head
@@ -140,6 +141,7 @@ class Trainer:
         self.spec_for_epoch = spec_for_epoch or (lambda spec, epoch: spec)
         self.draft_config = draft_config
         self.extra_metrics = extra_metrics
+        self.extra_state = dict(extra_state or {})
         self.step = 0
         self.epoch = 0
         self.window = 0  # next optimizer window inside the epoch
@@ -173,6 +175,7 @@ class Trainer:
     def trainer_state(self) -> dict[str, Any]:
         """Everything besides weights and optimizer that an exact resume needs."""
         return {
+            **self.extra_state,
             "epoch": self.epoch,
             "window": self.window,
             "scheduler": self.scheduler.state_dict(),

@@ -1,0 +1,74 @@
+"""`specdraft export`: a training checkpoint as a HF folder that SGLang and from_pretrained load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+class ExportError(ValueError):
+    """The checkpoint cannot be exported (missing files, unknown architecture)."""
+
+
+def draft_class_for(architecture: str) -> type:
+    """The draft model class named by a config's `architectures` entry."""
+    from ..models import DFLASH2_ARCHITECTURE, DSPARK_ARCHITECTURE, DFlash2Draft, DSparkDraft
+
+    classes = {DFLASH2_ARCHITECTURE: DFlash2Draft, DSPARK_ARCHITECTURE: DSparkDraft}
+    if architecture not in classes:
+        raise ExportError(
+            f"unknown draft architecture {architecture!r}; expected one of {sorted(classes)}"
+        )
+    return classes[architecture]
+
+
+def load_checkpoint_draft(checkpoint: str | Path) -> torch.nn.Module:
+    """The draft of a checkpoint folder (config.json + model.safetensors), in fp32."""
+    folder = Path(checkpoint)
+    config_file, weights_file = folder / "config.json", folder / "model.safetensors"
+    for needed in (config_file, weights_file):
+        if not needed.is_file():
+            raise ExportError(
+                f"{folder} is not a specdraft checkpoint: {needed.name} is missing (checkpoints "
+                "live in <output_dir>/checkpoints/step-*)"
+            )
+    raw = json.loads(config_file.read_text())
+    architecture = (raw.get("architectures") or [None])[0]
+    model_class = draft_class_for(str(architecture))
+    config = model_class.config_class.from_pretrained(str(folder))
+    model = model_class(config).to(torch.float32)
+    state = load_file(str(weights_file))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ExportError(
+            f"{weights_file} does not fit {architecture}: missing {sorted(missing)[:5]}, "
+            f"unexpected {sorted(unexpected)[:5]}"
+        )
+    return model
+
+
+def checkpoint_dtype(checkpoint: str | Path) -> str:
+    """The model.dtype the run asked for, recorded in the checkpoint's trainer state."""
+    state_file = Path(checkpoint) / "trainer_state.json"
+    if state_file.is_file():
+        return json.loads(state_file.read_text()).get("model_dtype", "bfloat16")
+    return "bfloat16"
+
+
+def export_checkpoint(checkpoint: str | Path, out: str | Path, *, dtype: str | None = None) -> Path:
+    """Write `out/` with config.json (dtype matching the weights) and model.safetensors."""
+    model = load_checkpoint_draft(checkpoint)
+    name = dtype or checkpoint_dtype(checkpoint)
+    if name not in DTYPES:
+        raise ExportError(f"--dtype {name!r} is not one of {sorted(DTYPES)}")
+    model = model.to(DTYPES[name])
+    model.config.dtype = name
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out), safe_serialization=True)
+    return out
