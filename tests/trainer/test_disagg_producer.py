@@ -20,9 +20,12 @@ from _disagg_runtime import (
     start_capture_server,
     train_ranks,
     wait_idle,
+    write_config_toml,
+    write_prompts_jsonl,
 )
 
 from specdraft.collate import pad_policy_from_config, resolve_static_length
+from specdraft.trainer.disagg import producer_main
 from specdraft.trainer.disagg.local_store import LocalFeatureStore
 from specdraft.trainer.disagg.prompts import Prompt
 from specdraft.trainer.disagg.store import local_store_root
@@ -219,3 +222,24 @@ def test_the_window_source_collates_with_the_runs_static_buckets(tiny_qwen3_targ
         assert batch["loss_mask"][real:].sum() == 0  # padding rows carry no loss
     assert Counter(seen) == Counter({p.sample_id: 2 for p in prompts})  # once per epoch
     assert {b["input_ids"].shape[1] for b in batches[0] + batches[1]} == {128, 256}
+
+
+def test_producer_main_reports_bad_input_with_the_file_and_the_fix(
+    tiny_qwen3_target, tmp_path, capsys
+):
+    cfg = runtime_config(tiny_qwen3_target.path, tmp_path)
+    config = write_config_toml(cfg, tmp_path / "config.toml")
+    prompts = write_prompts_jsonl(make_prompts(6), tmp_path / "prompts.jsonl")
+    base = ["--config", str(config), "--run-dir", str(tmp_path)]
+
+    assert producer_main.main(["--config", str(tmp_path / "missing.toml"), "--run-dir", "x"]) == 2
+    assert "missing.toml" in capsys.readouterr().err
+
+    broken = tmp_path / "broken.jsonl"
+    good_row = '{"sample_id": 1, "input_ids": [1, 2], "loss_mask": [0, 1]}'
+    broken.write_text(good_row + '\n{"sample_id": 2}\n')
+    assert producer_main.main([*base, "--prompts", str(broken)]) == 2
+    assert "broken.jsonl:2: missing field 'input_ids'" in capsys.readouterr().err
+
+    assert producer_main.main([*base, "--prompts", str(prompts)]) == 2
+    assert "--capture-url or set deployment.disaggregated.capture_urls" in capsys.readouterr().err

@@ -193,9 +193,6 @@ def serve(
 
     dis = cfg.deployment.disaggregated
     run_dir = Path(args.run_dir)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     store = open_store(dis, run_dir, role="producer")
     try:
         clients = capture_clients(cfg, args.capture_url or dis.capture_urls, store)
@@ -212,6 +209,9 @@ def serve(
         store.close()
         print(f"producer: {exc}", file=sys.stderr)
         return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     host = args.host if args.host is not None else dis.controller_host
     port = args.port if args.port is not None else dis.controller_port
     controller = WindowController(producer, host=host, port=port).start()
