@@ -11,6 +11,8 @@ COMMANDS: dict[str, str] = {
     "config": "specdraft.cli.config_cmd:config",
     "explain-buckets": "specdraft.cli.explain_cmd:explain_buckets",
     "train": "specdraft.cli.train_cmd:train",
+    "eval": "specdraft.cli.eval_cmd:eval_",
+    "export": "specdraft.cli.export_cmd:export",
     "serve-capture": "specdraft.cli.serve_capture_cmd:serve_capture",
 }
 
@@ -20,5 +22,7 @@ SUMMARIES: dict[str, str] = {
     "config": "Print the config JSON Schema, or a config with defaults and overrides resolved.",
     "explain-buckets": "Dry run: the resolved pad lengths and what each costs on the corpus.",
     "train": "Train a DFlash2 or DSpark drafter (FSDP1/FSDP2, local or disaggregated).",
+    "eval": "Acceptance length tau of a draft checkpoint on held-out prompts.",
+    "export": "Export a checkpoint as a HF draft folder SGLang can load.",
     "serve-capture": "Run the embedded capture server (target features into the store).",
 }

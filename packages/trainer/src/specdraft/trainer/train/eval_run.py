@@ -54,8 +54,9 @@ def records_path(config: Config, data_fingerprint: str) -> Path:
 
 def make_eval_records(
     config: Config, *, extractor: Any | None = None, progress: bool = False
-) -> list[EvalRecord]:
-    """Generate the target's greedy continuations of the held-out prompts, with features."""
+) -> tuple[list[EvalRecord], str]:
+    """The target's greedy continuations of the held-out prompts with features, and the data
+    fingerprint of the eval set."""
     from ..data import build_dataset
     from ..models import TargetFeatureExtractor
 
@@ -154,3 +155,35 @@ def build_evaluator(
         )
 
     return evaluate
+
+
+def evaluate_checkpoint(config: Config, checkpoint: str) -> dict[str, Any]:
+    """tau of a checkpoint's draft (or of a fresh draft for 'init') in this one process."""
+    from specdraft.collate import pad_policy_from_config
+
+    from ..models import DraftTrainSpec, build_draft, load_target_config, load_target_head
+    from ..runtime.distributed import pick_device
+    from .export import load_checkpoint_draft
+
+    device = pick_device(0)
+    ctx = DistContext(0, 1, 0, device)
+    if checkpoint == "init":
+        torch.manual_seed(config.training.seed)
+        model = build_draft(
+            config.model, load_target_config(config.model.target), dtype=torch.float32
+        )
+    else:
+        model = load_checkpoint_draft(checkpoint)
+    model = model.to(device).eval()
+    head = load_target_head(config.model.target, dtype=torch.float32).to(device)
+    records, _ = make_eval_records(config)
+    spec = DraftTrainSpec.from_config(config, device)
+    with torch.no_grad():
+        return evaluate_acceptance(
+            records,
+            predictor(model, head, spec, device, torch.float32),
+            block_size=config.model.block_size,
+            num_anchors=config.training.num_anchors,
+            pad_to=pad_policy_from_config(config),
+            ctx=ctx,
+        )
