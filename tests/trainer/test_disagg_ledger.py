@@ -166,3 +166,17 @@ def test_replayed_ledger_equals_the_live_state_and_trains_every_sample_once(
     assert trained_sample_counts(replayed) == expected_once(rt.prompts, 2)
     # Every object was removed once its window was trained: nothing leaks.
     assert store.bytes_resident() == 0
+
+
+def test_a_producer_refuses_a_ledger_written_for_another_plan(tiny_qwen3_target, tmp_path):
+    cfg = runtime_config(tiny_qwen3_target.path, tmp_path)
+    store = LocalFeatureStore(local_store_root(tmp_path))
+    prompts = make_prompts(10)
+    with running_producer(cfg, tmp_path, prompts, [FakeCapture(store, spec_for(cfg, 32))]):
+        pass
+    reseeded = runtime_config(tiny_qwen3_target.path, tmp_path, training={"seed": 7})
+    with (
+        pytest.raises(LedgerError, match=r"ledger.jsonl: epoch 0 was planned differently"),
+        running_producer(reseeded, tmp_path, prompts, [FakeCapture(store, spec_for(cfg, 32))]),
+    ):
+        pass

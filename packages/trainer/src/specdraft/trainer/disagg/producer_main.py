@@ -188,6 +188,7 @@ def serve(
 ) -> int:
     """Open the store, start producer and controller, and run until told to stop."""
     from .controller import WindowController, write_controller_address
+    from .ledger import LedgerError
     from .producer import Producer, ProducerSettings
     from .store import open_store
 
@@ -205,7 +206,8 @@ def serve(
             run_dir,
             bad_prompts=bad,
         )
-    except (ProducerSetupError, ValueError) as exc:
+    except (ProducerSetupError, ValueError, LedgerError) as exc:
+        # A ledger of another plan or a damaged one: restarting cannot help, say why.
         store.close()
         print(f"producer: {exc}", file=sys.stderr)
         return 2
