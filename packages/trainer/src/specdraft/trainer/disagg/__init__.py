@@ -7,78 +7,60 @@ sample references; trainer ranks read the tensors with `read_sample`. SGLang and
 optional extras, imported only when used.
 """
 
-from .capture_client import HttpCaptureClient
-from .capture_server import CaptureServer, build_capture_server
-from .capture_target import CaptureTarget, load_capture_target
-from .local_store import LocalFeatureStore
-from .mooncake_master import MooncakeMaster, start_master
-from .mooncake_store import MooncakeFeatureStore
-from .protocol import (
-    CaptureClient,
-    CaptureError,
-    CaptureMismatch,
-    CaptureRejected,
-    CaptureReply,
-    CaptureRequest,
-    CaptureSpec,
-    CaptureTimeout,
-    CaptureUnavailable,
-    ProtocolError,
-    TensorMeta,
-    capture_spec,
-    check_reply,
-    read_sample,
-    target_hidden_size,
-    tensors_to_store,
-)
-from .service_process import ServiceError
-from .sglang_client import SGLangCaptureClient
-from .sglang_launcher import ManagedSGLang, sglang_command
-from .store import (
-    FeatureStore,
-    StoreError,
-    StoreKeyMissing,
-    StoreUnavailable,
-    open_store,
-    parse_sample_key,
-    sample_key,
-)
+from __future__ import annotations
 
-__all__ = [
-    "CaptureClient",
-    "CaptureError",
-    "CaptureMismatch",
-    "CaptureRejected",
-    "CaptureReply",
-    "CaptureRequest",
-    "CaptureServer",
-    "CaptureSpec",
-    "CaptureTarget",
-    "CaptureTimeout",
-    "CaptureUnavailable",
-    "FeatureStore",
-    "HttpCaptureClient",
-    "LocalFeatureStore",
-    "ManagedSGLang",
-    "MooncakeFeatureStore",
-    "MooncakeMaster",
-    "ProtocolError",
-    "SGLangCaptureClient",
-    "ServiceError",
-    "StoreError",
-    "StoreKeyMissing",
-    "StoreUnavailable",
-    "TensorMeta",
-    "build_capture_server",
-    "capture_spec",
-    "check_reply",
-    "load_capture_target",
-    "open_store",
-    "parse_sample_key",
-    "read_sample",
-    "sample_key",
-    "sglang_command",
-    "start_master",
-    "target_hidden_size",
-    "tensors_to_store",
-]
+import importlib
+from typing import Any
+
+# Imported on first use: a producer or trainer process should not pay for transformers (the
+# capture server's target) just to read a window. name -> module.
+_EXPORTS: dict[str, str] = {
+    "CaptureClient": "protocol",
+    "CaptureError": "protocol",
+    "CaptureMismatch": "protocol",
+    "CaptureRejected": "protocol",
+    "CaptureReply": "protocol",
+    "CaptureRequest": "protocol",
+    "CaptureServer": "capture_server",
+    "CaptureSpec": "protocol",
+    "CaptureTarget": "capture_target",
+    "CaptureTimeout": "protocol",
+    "CaptureUnavailable": "protocol",
+    "FeatureStore": "store",
+    "HttpCaptureClient": "capture_client",
+    "LocalFeatureStore": "local_store",
+    "ManagedSGLang": "sglang_launcher",
+    "MooncakeFeatureStore": "mooncake_store",
+    "MooncakeMaster": "mooncake_master",
+    "ProtocolError": "protocol",
+    "SGLangCaptureClient": "sglang_client",
+    "ServiceError": "service_process",
+    "StoreError": "store",
+    "StoreKeyMissing": "store",
+    "StoreUnavailable": "store",
+    "TensorMeta": "protocol",
+    "build_capture_server": "capture_server",
+    "capture_spec": "protocol",
+    "check_reply": "protocol",
+    "load_capture_target": "capture_target",
+    "open_store": "store",
+    "parse_sample_key": "store",
+    "read_sample": "protocol",
+    "sample_key": "store",
+    "sglang_command": "sglang_launcher",
+    "start_master": "mooncake_master",
+    "target_hidden_size": "protocol",
+    "tensors_to_store": "protocol",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import an exported name from its module on first access."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

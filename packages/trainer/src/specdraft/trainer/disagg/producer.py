@@ -201,6 +201,8 @@ class Producer:
             "total_steps": self.plan.total_steps,
             "windows_per_epoch": self.plan.windows_per_epoch,
             "world_size": self.settings.world_size,
+            # Checkpoints record it: a resumed trainer must see the same plan (same data).
+            "data": self.plan.digests.get(0, ""),
         }
 
     def window(self, step: int, rank: int, *, wait_s: float) -> WindowRefs | None:

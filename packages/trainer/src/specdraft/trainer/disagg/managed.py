@@ -1,0 +1,191 @@
+"""Managed-local disaggregated training: one `specdraft train` runs every service on this machine.
+
+Start order (each health-checked before the next): the Mooncake master (store = "mooncake" with
+manage_master), the capture server(s) (embedded `specdraft serve-capture`, or a managed SGLang),
+the producer, then the trainer ranks. The trainers run as one more process (the elastic launcher
+needs its own main thread and signal handlers); their console output is passed through. While
+they run, the supervisor restarts a crashed producer (it resumes from its ledger) and stops the
+run, with the dead service's log tail, when any other service dies. Everything stops in reverse
+order at the end, on error and on Ctrl-C. Service logs are under `<output_dir>/logs/`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from specdraft.config import Config, load_config
+
+from ..launch import LaunchPlan, RankFailed
+from ..runtime.distributed import free_port
+from .http_json import HttpFailure, call_json
+from .supervisor import (
+    ServiceDied,
+    ServiceSpec,
+    Supervisor,
+    http_health,
+    producer_service,
+    tcp_health,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ManagedRunFailed(RuntimeError):
+    """A service or the trainers failed; the message says which and shows the log tail."""
+
+
+def capture_service(
+    config_path: str, overrides: Sequence[str], index: int
+) -> tuple[ServiceSpec, str]:
+    """The embedded capture server `index` as a supervised service, and its URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [
+        sys.executable,
+        "-m",
+        "specdraft.cli",
+        "serve-capture",
+        config_path,
+        "--port",
+        str(port),
+    ]
+    for item in overrides:
+        argv += ["--set", item]
+    return ServiceSpec(name=f"capture{index}", argv=argv, health=http_health(url)), url
+
+
+def mooncake_service(config: Config) -> ServiceSpec:
+    """mooncake_master as a supervised service (bound to the configured loopback address)."""
+    from .mooncake_master import master_command, split_address
+
+    cfg = config.deployment.disaggregated.mooncake
+    host, port = split_address(
+        cfg.master_address, field="deployment.disaggregated.mooncake.master_address"
+    )
+    return ServiceSpec(
+        name="mooncake_master",
+        argv=master_command(host, port, metrics_port=cfg.metrics_port),
+        health=tcp_health(host, port),
+    )
+
+
+def trainer_command(
+    config_path: str, overrides: Sequence[str], resume: str | None, plan: LaunchPlan, progress: bool
+) -> list[str]:
+    """`specdraft train` for the trainer ranks only (managed = false: services already run)."""
+    argv = [sys.executable, "-m", "specdraft.cli", "train", config_path]
+    for item in (*overrides, "deployment.disaggregated.managed=false"):
+        argv += ["--set", item]
+    argv += ["--nproc-per-node", str(plan.nproc_per_node), "--nnodes", str(plan.nnodes)]
+    if resume:
+        argv += ["--resume", resume]
+    if not progress:
+        argv.append("--no-progress")
+    return argv
+
+
+def run_managed(
+    config_path: str,
+    overrides: Sequence[str],
+    resume: str | None,
+    plan: LaunchPlan,
+    progress: bool = True,
+) -> dict[str, Any] | None:
+    """Run a whole disaggregated training on this machine; return the trainers' summary."""
+    config = load_config(config_path, overrides)
+    dis = config.deployment.disaggregated
+    run_dir = Path(config.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    supervisor = Supervisor(
+        run_dir, health_timeout_s=dis.health_timeout_s, shutdown_timeout_s=dis.shutdown_timeout_s
+    )
+    trainers: subprocess.Popen[bytes] | None = None
+    try:
+        if dis.store == "mooncake" and dis.mooncake.manage_master:
+            supervisor.start(mooncake_service(config))
+        urls = list(dis.capture_urls)
+        if not urls:
+            urls = start_capture_servers(supervisor, config, config_path, overrides)
+        supervisor.start(
+            producer_service(
+                config_path,
+                run_dir,
+                max_restarts=dis.max_producer_restarts,
+                overrides=overrides,
+                capture_urls=urls,
+            )
+        )
+        log.info(
+            "services up (%s); starting %d trainer rank(s)",
+            ", ".join(s.spec.name for s in supervisor.services),
+            plan.world_size,
+        )
+        trainers = subprocess.Popen(trainer_command(config_path, overrides, resume, plan, progress))
+        while trainers.poll() is None:
+            supervisor.check()  # restarts the producer; raises ServiceDied for the others
+            time.sleep(supervisor.poll_s)
+        if trainers.returncode != 0:
+            raise RankFailed(
+                f"the trainer ranks exited with status {trainers.returncode} (their error is "
+                f"printed above; service logs are in {supervisor.log_dir})"
+            )
+    except Exception as exc:
+        if trainers is not None and trainers.poll() is None:
+            trainers.terminate()
+            try:
+                trainers.wait(timeout=dis.shutdown_timeout_s)
+            except subprocess.TimeoutExpired:
+                trainers.kill()
+        if isinstance(exc, RankFailed):
+            raise
+        if isinstance(exc, ServiceDied):
+            raise RankFailed(f"service {exc.name} died: {exc}") from None
+        raise
+    finally:
+        supervisor.stop_all()
+    summary_file = run_dir / "summary.json"
+    return json.loads(summary_file.read_text()) if summary_file.is_file() else None
+
+
+def start_capture_servers(
+    supervisor: Supervisor, config: Config, config_path: str, overrides: Sequence[str]
+) -> list[str]:
+    """Start num_capture_servers capture servers (embedded or SGLang); return their URLs."""
+    dis = config.deployment.disaggregated
+    urls = []
+    for index in range(dis.num_capture_servers):
+        if dis.capture == "sglang":
+            spec, url = sglang_service(config, index)
+        else:
+            spec, url = capture_service(config_path, overrides, index)
+        supervisor.start(spec)
+        urls.append(url)
+    return urls
+
+
+def sglang_service(config: Config, index: int) -> tuple[ServiceSpec, str]:
+    """A real SGLang server (python -m sglang.launch_server ...) as a supervised service."""
+    from .sglang_launcher import sglang_command
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    def answers(_process: object) -> bool:
+        # SGLang's /health answers 200 with an empty body once the model is loaded.
+        try:
+            call_json("GET", f"{url}/health", timeout=2.0)
+        except HttpFailure:
+            return False
+        return True
+
+    spec = ServiceSpec(
+        name=f"sglang{index}", argv=sglang_command(config, port=port), health=answers
+    )
+    return spec, url

@@ -1,0 +1,63 @@
+"""The trainer ranks of a disaggregated run: windows from the producer, features from the store."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from specdraft.collate import pad_policy_from_config
+from specdraft.config import Config
+
+from ..backends import backend_options_from_config
+from ..runtime import DistContext
+from ..train.assembly import batch_shape, build_trainer
+from ..train.trainer import Trainer
+from .store import open_store
+from .window_client import WindowClient, new_incarnation
+from .window_source import WindowBatchSource
+
+log = logging.getLogger(__name__)
+
+
+def shared_incarnation(ctx: DistContext) -> str:
+    """One id for this trainer launch: made on rank 0, broadcast to every rank."""
+    box: list[Any] = [new_incarnation() if ctx.is_main else None]
+    if dist.is_initialized() and ctx.world_size > 1:
+        dist.broadcast_object_list(box, src=0)
+    return str(box[0])
+
+
+def build_disaggregated_trainer(
+    config: Config, ctx: DistContext, *, resume: str | None = None, progress: bool = True
+) -> Trainer:
+    """A Trainer whose batches come from the producer's windows (the online path)."""
+    from ..models import load_target_config
+
+    run_dir = Path(config.output_dir)
+    store = open_store(config.deployment.disaggregated, run_dir, role="trainer")
+    client = WindowClient.from_config(config, run_dir, rank=ctx.rank)
+    options = backend_options_from_config(config, ctx.device)
+    source = WindowBatchSource(
+        client,
+        store,
+        # The second call site of the run's pad policy (the first is LocalBatchSource).
+        pad_to=pad_policy_from_config(config),
+        shape=batch_shape(config, load_target_config(config.model.target), options),
+        grad_accum_steps=config.training.grad_accum_steps,
+        device=ctx.device,
+    )
+    source.fingerprint = str(client.plan().get("data", ""))
+    trainer = build_trainer(config, ctx, resume=resume, progress=progress, source=source)
+    # Every launch re-synchronises with the producer: windows after the restored step (step 0
+    # for a fresh start) are delivered again, recaptured if their features were already freed,
+    # so a restart neither skips nor repeats samples.
+    source.resume(trainer.epoch, trainer.window, incarnation=shared_incarnation(ctx))
+    if ctx.is_main:
+        trainer.extra_metrics = source.stats
+    return trainer
+
+
+__all__ = ["build_disaggregated_trainer", "shared_incarnation"]
