@@ -123,3 +123,60 @@ def random_samples(tiny_qwen3_target):
         return samples
 
     return make
+
+
+# ------------------------------------------------------ conversation data, tiny assets (issue 3)
+# The tiny BPE tokenizer and the pretrained tiny Qwen3 target, built once into $SPECDRAFT_CACHE
+# (build/cache, see tests/conftest.py) and reused across runs; a Config factory for data tests.
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_path():
+    """Folder of the tiny byte-level BPE tokenizer (Qwen special tokens and chat template)."""
+    from specdraft.trainer.assets import build_tiny_tokenizer
+
+    return build_tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_tokenizer_path):
+    """The tiny tokenizer, loaded with AutoTokenizer."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_tokenizer_path), local_files_only=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_target_path():
+    """Folder of the pretrained tiny Qwen3 target (safetensors + tokenizer + generation config).
+
+    The first build pretrains for about 1.5 minutes; later runs find it in the cache."""
+    from specdraft.trainer.assets import build_tiny_target
+
+    return build_tiny_target()
+
+
+@pytest.fixture
+def data_config(tiny_tokenizer_path, tmp_path):
+    """Factory: a valid Config whose [data] table is `data` (the tokenizer is the tiny one and
+    the dataset cache is private to the test unless `cache_dir` is given)."""
+    from specdraft.config import validate_config
+    from specdraft.trainer.assets import tiny_assets_info
+
+    def make(**data):
+        info = tiny_assets_info()
+        data.setdefault("cache_dir", str(tmp_path / "cache"))
+        data.setdefault("train_paths", ["pkg:sharegpt"])
+        return validate_config(
+            {
+                "model": {
+                    "target": str(tiny_tokenizer_path),
+                    "algorithm": "dspark",
+                    "target_layer_ids": [0, 1, 2],
+                    "mask_token_id": info.mask_token_id,
+                },
+                "data": data,
+            }
+        )
+
+    return make
