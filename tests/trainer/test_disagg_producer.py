@@ -36,7 +36,7 @@ from specdraft.trainer.disagg.window_client import (
     new_incarnation,
 )
 from specdraft.trainer.disagg.window_source import WindowBatchSource
-from specdraft.trainer.train.sources import BatchShape
+from specdraft.trainer.train.sources import BatchBuilder, BatchShape
 
 
 @pytest.fixture
@@ -195,7 +195,10 @@ def test_the_window_source_collates_with_the_runs_static_buckets(tiny_qwen3_targ
 
         def rank_loop(rank):
             source = WindowBatchSource(
-                rt.client(rank), store, pad_to=pad_to, shape=shape, grad_accum_steps=2
+                rt.client(rank),
+                store,
+                builder=BatchBuilder(pad_to=pad_to, shape=shape),
+                grad_accum_steps=2,
             )
             assert source.micro_batches_per_epoch() == 2 * rt.producer.plan.windows_per_epoch
             for epoch in range(2):

@@ -14,6 +14,7 @@ from specdraft.config import Config
 from ..backends import backend_options_from_config
 from ..runtime import DistContext
 from ..train.assembly import batch_shape, build_trainer
+from ..train.sources import BatchBuilder
 from ..train.trainer import Trainer
 from .store import open_store
 from .window_client import WindowClient, new_incarnation
@@ -40,16 +41,15 @@ def build_disaggregated_trainer(
     store = open_store(config.deployment.disaggregated, run_dir, role="trainer")
     client = WindowClient.from_config(config, run_dir, rank=ctx.rank)
     options = backend_options_from_config(config, ctx.device)
-    source = WindowBatchSource(
-        client,
-        store,
+    builder = BatchBuilder(
         # The second call site of the run's pad policy (the first is LocalBatchSource).
         pad_to=pad_policy_from_config(config),
         shape=batch_shape(config, load_target_config(config.model.target), options),
-        grad_accum_steps=config.training.grad_accum_steps,
         device=ctx.device,
     )
-    source.fingerprint = str(client.plan().get("data", ""))
+    source = WindowBatchSource(
+        client, store, builder=builder, grad_accum_steps=config.training.grad_accum_steps
+    )
     trainer = build_trainer(config, ctx, resume=resume, progress=progress, source=source)
     # Every launch re-synchronises with the producer: windows after the restored step (step 0
     # for a fresh start) are delivered again, recaptured if their features were already freed,

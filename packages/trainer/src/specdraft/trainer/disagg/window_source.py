@@ -13,9 +13,7 @@ from typing import Any
 
 import torch
 
-from specdraft.collate import DataCollatorWithPadding, resolve_static_length
-
-from ..train.sources import BatchShape, dummy_batch, pad_rows
+from ..train.sources import BatchBuilder
 from .fetch import fetch_micro_batches
 from .store import FeatureStore
 from .window_client import WindowClient
@@ -29,21 +27,18 @@ class WindowBatchSource:
         client: WindowClient,
         store: FeatureStore,
         *,
-        pad_to: int | tuple[int, ...] | None,
-        shape: BatchShape,
+        builder: BatchBuilder,
         grad_accum_steps: int,
-        device: torch.device | None = None,
     ) -> None:
         self.client = client
         self.store = store
-        self.pad_to = pad_to
-        self.collate = DataCollatorWithPadding(pad_to=pad_to)
-        self.shape = shape
+        self.builder = builder
         self.accum = grad_accum_steps
-        self.device = device or torch.device("cpu")
         plan = client.plan()
         self.windows_per_epoch = int(plan["windows_per_epoch"])
         self.total_steps = int(plan["total_steps"])
+        # Checkpoints record it, so a resumed trainer refuses a producer with another plan.
+        self.fingerprint = str(plan.get("data", ""))
 
     def micro_batches_per_epoch(self) -> int:
         """Micro-batches per rank per epoch, from the producer's plan."""
@@ -55,10 +50,7 @@ class WindowBatchSource:
 
     def warmup_batches(self) -> list[Mapping[str, Any]]:
         """One dummy batch per static length, on the device."""
-        if self.pad_to is None:
-            return []
-        lengths = (self.pad_to,) if isinstance(self.pad_to, int) else tuple(self.pad_to)
-        return [self._to_device(dummy_batch(self.shape, n)) for n in lengths]
+        return self.builder.warmup_batches()
 
     def windows(self, epoch: int, start_window: int) -> Iterator[list[Mapping[str, Any]]]:
         """This rank's windows of `epoch` from `start_window`, fetched as they are needed."""
@@ -84,21 +76,5 @@ class WindowBatchSource:
     def batch(self, rows: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, Any]:
         """Collate one micro-batch of sample rows (a zero-weight dummy for an empty one)."""
         if not rows:
-            length = resolve_static_length(1, self.pad_to)
-            count = self.shape.micro_batch_size if self.shape.static else 1
-            return self._to_device(dummy_batch(self.shape, length, count))
-        batch: dict[str, Any] = self.collate(list(rows))
-        batch["num_real"] = len(rows)
-        if self.shape.static:
-            batch = pad_rows(batch, self.shape.micro_batch_size)
-        return self._to_device(batch)
-
-    def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in batch.items():
-            if isinstance(value, torch.Tensor):
-                value = value.to(self.device, non_blocking=True)
-                if value.is_floating_point():
-                    value = value.to(self.shape.feature_dtype)
-            out[key] = value
-        return out
+            return self.builder.empty()
+        return self.builder.to_device(self.builder.collate_rows(rows))

@@ -25,7 +25,7 @@ from ..runtime import DistContext
 from .checkpoint import load_checkpoint, resolve_resume
 from .metrics import MetricsWriter
 from .schedule import build_scheduler
-from .sources import BatchShape, LocalBatchSource
+from .sources import BatchBuilder, BatchShape, LocalBatchSource
 from .trainer import Trainer, TrainSettings
 
 log = logging.getLogger(__name__)
@@ -141,12 +141,10 @@ def build_trainer(
         source = LocalBatchSource(
             data.dataset,
             sampler,
-            pad_to=pad_to,
-            shape=shape,
+            builder=BatchBuilder(pad_to=pad_to, shape=shape, device=ctx.device),
             grad_accum_steps=training.grad_accum_steps,
             rank=ctx.rank,
             features=data.features,
-            device=ctx.device,
         )
     data_fingerprint = data.fingerprint if data is not None else getattr(source, "fingerprint", "")
 

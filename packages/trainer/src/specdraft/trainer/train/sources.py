@@ -63,34 +63,24 @@ def pad_rows(batch: dict[str, Any], rows: int) -> dict[str, Any]:
     return out
 
 
-class LocalBatchSource:
-    """Batches from an indexable dataset, with target features computed in-process if needed."""
+class BatchBuilder:
+    """Collates rows with the run's pad policy and places batches on the device.
+
+    Shared by every batch source, so the train loader of each mode pads the same way: the pad
+    policy, static row padding, zero-weight dummies for empty micro-batches, warm-up batches.
+    """
 
     def __init__(
         self,
-        dataset: Any,
-        sampler: MicroBatchSampler,
         *,
         pad_to: int | tuple[int, ...] | None,
         shape: BatchShape,
-        grad_accum_steps: int,
-        rank: int,
-        features: FeatureFn | None = None,
         device: torch.device | None = None,
     ) -> None:
-        self.dataset = dataset
-        self.sampler = sampler
         self.pad_to = pad_to
         self.collate = DataCollatorWithPadding(pad_to=pad_to)
         self.shape = shape
-        self.accum = grad_accum_steps
-        self.rank = rank
-        self.features = features
         self.device = device or torch.device("cpu")
-
-    def micro_batches_per_epoch(self) -> int:
-        """Micro-batches per rank per epoch (the sampler pads it to a multiple of accum)."""
-        return len(self.sampler)
 
     def static_lengths(self) -> tuple[int, ...]:
         """The lengths a batch can be padded to (empty for pad-to-longest)."""
@@ -102,7 +92,61 @@ class LocalBatchSource:
 
     def warmup_batches(self) -> list[Mapping[str, Any]]:
         """One dummy batch per static length, on the device."""
-        return [self._to_device(dummy_batch(self.shape, n)) for n in self.static_lengths()]
+        return [self.to_device(dummy_batch(self.shape, n)) for n in self.static_lengths()]
+
+    def empty(self) -> dict[str, Any]:
+        """The zero-weight dummy that stands in for an empty micro-batch."""
+        length = resolve_static_length(1, self.pad_to)
+        rows = self.shape.micro_batch_size if self.shape.static else 1
+        return self.to_device(dummy_batch(self.shape, length, rows))
+
+    def collate_rows(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Collate real rows (padded to the pad policy, and to micro_batch_size rows if static)."""
+        batch: dict[str, Any] = self.collate(list(rows))
+        batch["num_real"] = len(rows)
+        if self.shape.static:
+            batch = pad_rows(batch, self.shape.micro_batch_size)
+        return batch
+
+    def to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Move tensors to the device; floating features take the compute dtype."""
+        out: dict[str, Any] = {}
+        for key, value in batch.items():
+            if isinstance(value, torch.Tensor):
+                value = value.to(self.device, non_blocking=True)
+                if value.is_floating_point():
+                    value = value.to(self.shape.feature_dtype)
+            out[key] = value
+        return out
+
+
+class LocalBatchSource:
+    """Batches from an indexable dataset, with target features computed in-process if needed."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        sampler: MicroBatchSampler,
+        *,
+        builder: BatchBuilder,
+        grad_accum_steps: int,
+        rank: int,
+        features: FeatureFn | None = None,
+    ) -> None:
+        self.dataset = dataset
+        self.sampler = sampler
+        self.builder = builder
+        self.accum = grad_accum_steps
+        self.rank = rank
+        self.features = features
+
+    def micro_batches_per_epoch(self) -> int:
+        """Micro-batches per rank per epoch (the sampler pads it to a multiple of accum)."""
+        return len(self.sampler)
+
+    def warmup_batches(self) -> list[Mapping[str, Any]]:
+        """One dummy batch per static length, on the device."""
+        return self.builder.warmup_batches()
 
     def windows(self, epoch: int, start_window: int) -> Iterator[list[Mapping[str, Any]]]:
         """This rank's windows of `epoch` from `start_window`, built lazily."""
@@ -118,30 +162,14 @@ class LocalBatchSource:
     def batch(self, indices: Sequence[int]) -> dict[str, Any]:
         """Collate, feature and place one micro-batch (a dummy for an empty one)."""
         if not indices:
-            length = resolve_static_length(1, self.pad_to)
-            rows = self.shape.micro_batch_size if self.shape.static else 1
-            return self._to_device(dummy_batch(self.shape, length, rows))
-        rows = [self.dataset[int(i)] for i in indices]
-        batch: dict[str, Any] = self.collate(rows)
-        batch["num_real"] = len(indices)
-        if self.shape.static:
-            batch = pad_rows(batch, self.shape.micro_batch_size)
+            return self.builder.empty()
+        batch = self.builder.collate_rows([self.dataset[int(i)] for i in indices])
         if self.features is not None and "hidden_states" not in batch:
-            ids = batch["input_ids"].to(self.device)
+            ids = batch["input_ids"].to(self.builder.device)
             # All ones: with causal attention and right padding the real tokens' features are
             # the same either way, and a fully masked dummy row would give NaN features.
             hidden, last = self.features(ids, torch.ones_like(ids))
             batch["hidden_states"] = hidden
-            if self.shape.with_last_hidden:
+            if self.builder.shape.with_last_hidden:
                 batch["target_last_hidden_states"] = last
-        return self._to_device(batch)
-
-    def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in batch.items():
-            if isinstance(value, torch.Tensor):
-                value = value.to(self.device, non_blocking=True)
-                if value.is_floating_point():
-                    value = value.to(self.shape.feature_dtype)
-            out[key] = value
-        return out
+        return self.builder.to_device(batch)
