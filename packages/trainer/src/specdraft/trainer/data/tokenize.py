@@ -1,18 +1,21 @@
 """Render a conversation with a chat template and build its assistant-only loss mask.
 
 The mask must hold for any tokenizer that carries a chat template, so it is not derived from
-special-token ids of one format. Instead the assistant spans are found in characters by
-rendering prefixes of the conversation:
+the special-token ids of one format. The assistant spans are found in characters instead:
 
-- the span of assistant turn i starts where `render(messages[:i], add_generation_prompt=True)`
-  ends (the header of the turn is prompt, not answer);
-- it ends where `render(messages[:i+1])` ends, less trailing whitespace: the end-of-turn token
-  (`<|im_end|>`, `</s>`, `<|eot_id|>`, ...) is supervised, the newline after it is not.
+- the conversation is rendered once more with a marker in place of each assistant content;
+  where the markers land is where the contents are (this holds for templates that render a turn
+  differently when it is the last one, as Qwen3's adds an empty think block to the last answer,
+  so rendering prefixes would not give prefixes of the full text);
+- the end-of-turn text of turn i (`<|im_end|>`, `<|eot_id|>`, `</s>`, ...) is what the
+  template writes after the content when turn i is the last one, less whitespace: it is
+  supervised, the newline after it is not;
+- a template that trims or rewrites contents (so the markers cannot be mapped back) falls back
+  to prefix renderings: turn i starts where `render(messages[:i], add_generation_prompt=True)`
+  ends and ends where `render(messages[:i+1])` ends, less whitespace.
 
-A template that rewrites earlier turns once later ones exist (Qwen3 drops old reasoning, for
-one) breaks the prefix property; its spans are then found by locating each assistant content in
-the full rendering. The text is tokenised piece by piece at the span boundaries, which is also
-where an answer starts at inference (after the generation prompt), so the mask is exact.
+The text is then tokenised piece by piece at the span boundaries, which is also where an answer
+starts at inference (right after the generation prompt), so the mask is exact.
 """
 
 from __future__ import annotations
@@ -86,34 +89,93 @@ def assistant_char_spans(
     """Yield the (start, end) character span of each assistant turn in the rendered `text`.
 
     Spans are computed lazily, in order, so a caller that stops early (truncation) does not pay
-    for rendering the prefixes of later turns.
+    for the renderings of later turns.
     """
     if text is None:
         text = render_chat(template, messages, tokenizer)
-    by_prefix = True
-    cursor = 0
+    layout = _sentinel_layout(messages, tokenizer, template, text)
+    if layout is not None:
+        for i, (start, end) in layout:
+            yield start, end + _end_marker_length(messages, i, tokenizer, template, text, end)
+        return
     for i, message in enumerate(messages):
-        if message["role"] != "assistant":
+        if message["role"] == "assistant":
+            yield _span_by_prefix(messages, i, tokenizer, template, text)
+
+
+def _sentinel(i: int) -> str:
+    # Private-use code points: no tokenizer or template gives them a meaning.
+    return f"\ue000{i}\ue001"
+
+
+def _with_sentinels(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    return [
+        {**m, "content": _sentinel(i)} if m["role"] == "assistant" else dict(m)
+        for i, m in enumerate(messages)
+    ]
+
+
+def _sentinel_layout(
+    messages: Sequence[dict[str, str]], tokenizer: Any, template: ChatTemplate, text: str
+) -> list[tuple[int, tuple[int, int]]] | None:
+    """Where each assistant content sits in `text`, found by rendering the conversation with a
+    marker in place of every assistant content; None when the template does not place contents
+    verbatim (it trims or rewrites them), so the markers cannot be mapped back."""
+    marked = render_chat(template, _with_sentinels(messages), tokenizer)
+    turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    pieces: list[str] = []
+    rest = marked
+    for i in turns:
+        before, found, rest = rest.partition(_sentinel(i))
+        if not found:
+            return None
+        pieces.append(before)
+    for strip in (False, True):
+        contents = [
+            messages[i]["content"].strip() if strip else messages[i]["content"] for i in turns
+        ]
+        rebuilt = "".join(p + c for p, c in zip(pieces, contents, strict=True)) + rest
+        if rebuilt != text:
             continue
-        span = _span_by_prefix(messages, i, tokenizer, template, text) if by_prefix else None
-        if span is None:
-            by_prefix = False
-            span = _span_by_search(messages, i, tokenizer, template, text, cursor)
-        cursor = span[1]
-        yield span
+        spans, position = [], 0
+        for i, piece, content in zip(turns, pieces, contents, strict=True):
+            start = position + len(piece)
+            position = start + len(content)
+            spans.append((i, (start, position)))
+        return spans
+    return None
+
+
+def _end_marker_length(
+    messages: Sequence[dict[str, str]],
+    i: int,
+    tokenizer: Any,
+    template: ChatTemplate,
+    text: str,
+    end: int,
+) -> int:
+    """Length of the end-of-turn text after assistant turn i: what the template writes after
+    the content when the turn is the last one, less whitespace, if the full rendering has it."""
+    marked = render_chat(template, _with_sentinels(messages[: i + 1]), tokenizer)
+    tail = marked.rpartition(_sentinel(i))[2].rstrip()
+    return len(tail) if tail and text.startswith(tail, end) else 0
 
 
 def _span_by_prefix(
     messages: Sequence[dict[str, str]], i: int, tokenizer: Any, template: ChatTemplate, text: str
-) -> tuple[int, int] | None:
+) -> tuple[int, int]:
+    """The span of turn i from prefix renderings: it starts where the generation prompt after
+    turn i-1 ends and ends where the rendering of turns 0..i ends, less whitespace."""
     try:
         prompt = render_chat(template, messages[:i], tokenizer, add_generation_prompt=True)
     except Exception:
-        # Some templates refuse a conversation that does not start with a user turn.
-        return None
+        # No generation prompt for an empty conversation (an answer first, as in some ShareGPT
+        # rows): the same turn with a marker for content shows where its content starts.
+        marked = [*messages[:i], {**messages[i], "content": _sentinel(i)}]
+        prompt = render_chat(template, marked, tokenizer).partition(_sentinel(i))[0]
     upto = render_chat(template, messages[: i + 1], tokenizer)
     if not text.startswith(upto):
-        return None
+        raise _unstable(template, i, "it renders differently once later turns follow")
     # A generation prompt may differ from the header of a finished turn (an empty think block,
     # say): the answer starts where the two renderings part.
     start = _common_prefix_length(prompt, upto)
@@ -121,34 +183,12 @@ def _span_by_prefix(
     return start, end
 
 
-def _span_by_search(
-    messages: Sequence[dict[str, str]],
-    i: int,
-    tokenizer: Any,
-    template: ChatTemplate,
-    text: str,
-    cursor: int,
-) -> tuple[int, int]:
-    content = messages[i]["content"]
-    for needle in (content, content.strip()):
-        found = text.find(needle, cursor) if needle else -1
-        if found >= 0:
-            break
-    else:
-        raise TemplateSpanError(
-            f"chat template {template.choice!r}: assistant turn {i} is neither a prefix-stable "
-            f"rendering nor found verbatim in the rendered conversation; use a template that "
-            f"renders assistant contents unchanged (for example data.chat_template = 'qwen')"
-        )
-    end = found + len(needle)
-    # The end-of-turn marker is whatever the template puts after the content when the turn is
-    # the last one, less whitespace; it is supervised only if the full rendering has it too.
-    upto = render_chat(template, messages[: i + 1], tokenizer)
-    at = upto.rfind(needle)
-    tail = upto[at + len(needle) :].rstrip() if at >= 0 and needle else ""
-    if tail and text.startswith(tail, end):
-        end += len(tail)
-    return found, end
+def _unstable(template: ChatTemplate, i: int, why: str) -> TemplateSpanError:
+    return TemplateSpanError(
+        f"chat template {template.choice!r}: cannot find assistant turn {i} in the rendered "
+        f"conversation: the template changes assistant contents and {why}; use a template "
+        f"that writes contents verbatim (for example data.chat_template = 'qwen')"
+    )
 
 
 def _common_prefix_length(a: str, b: str) -> int:
