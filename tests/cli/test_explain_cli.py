@@ -152,3 +152,15 @@ def test_corpus_is_read_through_the_data_pipeline(run, monkeypatch) -> None:
         "dropped_incomplete": 1,
         "truncated_to_max_length": 0,
     }
+
+
+def test_corpus_that_cannot_load_is_a_clean_error(run, monkeypatch) -> None:
+    def corpus_lengths(config, *, progress: bool = True) -> FakeCorpus:
+        raise FileNotFoundError("model.target = '/models/Qwen3-8B': no such folder")
+
+    module = types.ModuleType("specdraft.trainer.data")
+    module.corpus_lengths = corpus_lengths  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "specdraft.trainer.data", module)
+    result = run(str(EXAMPLE))
+    assert result.exit_code == 2
+    assert "cannot load the corpus: model.target = '/models/Qwen3-8B'" in result.stderr

@@ -129,7 +129,11 @@ def explain_buckets(
         except ValueError as err:
             _fail(f"explain-buckets: {err}")
     else:
-        source = _corpus_source(config)
+        try:
+            source = _corpus_source(config)
+        except (OSError, ValueError) as err:
+            # A missing tokenizer or data file, or a bad row under bad_rows = "fail".
+            _fail(f"explain-buckets: {config_path}: cannot load the corpus: {err}")
         if not source.lengths:
             _fail(f"explain-buckets: {source.description}: no usable samples")
 
