@@ -16,6 +16,8 @@ from specdraft.trainer.data import (
     ChatTemplate,
     ChatTemplateError,
     TemplateSpanError,
+    assistant_char_spans,
+    encodes_piecewise,
     render_chat,
     resolve_chat_template,
     tokenize_conversation,
@@ -210,3 +212,57 @@ def _nfc_pieces(text: str) -> str:
     # The tokenizer normalises each piece it encodes to NFC; the pieces are split at the
     # special tokens, which NFC never changes, so NFC of the whole equals the joined pieces.
     return unicodedata.normalize("NFC", text)
+
+
+@pytest.fixture(scope="module")
+def word_marker_tokenizer():
+    """A SentencePiece-style tokenizer (Metaspace word marker prepended to every text), as in
+    Llama 2 and Mistral, with the Qwen chat template."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always")
+    bpe.decoder = decoders.Metaspace(prepend_scheme="always")
+    corpus = ["user assistant hello there how are you fine thanks", "abcdefghijklmnopqrstuvwxyz"]
+    trainer = trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>"])
+    bpe.train_from_iterator(corpus * 20, trainer)
+    bpe.add_special_tokens([AddedToken(t, special=True) for t in ("<|im_start|>", "<|im_end|>")])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>")
+    tokenizer.chat_template = QWEN_CHAT_TEMPLATE
+    return tokenizer
+
+
+def test_byte_level_tokenizers_encode_piecewise_and_word_marker_ones_do_not(
+    tiny_tokenizer, word_marker_tokenizer
+):
+    assert encodes_piecewise(tiny_tokenizer)
+    assert not encodes_piecewise(word_marker_tokenizer)
+
+
+@settings(max_examples=30, deadline=None)
+@given(max_length=st.integers(min_value=1, max_value=200))
+def test_word_marker_tokenizers_mask_tokens_that_start_in_an_answer(
+    word_marker_tokenizer, max_length
+):
+    tokenizer = word_marker_tokenizer
+    messages = [
+        {"role": "user", "content": "hello there"},
+        {"role": "assistant", "content": "fine thanks"},
+        {"role": "user", "content": "how are you"},
+        {"role": "assistant", "content": "hello how are you"},
+    ]
+    out = tokenize_conversation(messages, tokenizer, QWEN, max_length=max_length)
+    text = render_chat(QWEN, messages, tokenizer)
+    encoding = tokenizer.backend_tokenizer.encode(text, add_special_tokens=False)
+    # The whole text is encoded once: no word marker is inserted at the span boundaries.
+    assert out.input_ids == encoding.ids[:max_length]
+    spans = list(assistant_char_spans(messages, tokenizer, QWEN, text))
+    for token, supervised, (start, _) in zip(
+        out.input_ids, out.loss_mask, encoding.offsets, strict=False
+    ):
+        inside = any(a <= start < b for a, b in spans)
+        assert supervised == int(inside), tokenizer.convert_ids_to_tokens([token])
+    end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    ends = [m for t, m in zip(out.input_ids, out.loss_mask, strict=True) if t == end_of_turn]
+    assert ends == [0, 1, 0, 1][: len(ends)]

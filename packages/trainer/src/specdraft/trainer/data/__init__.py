@@ -21,12 +21,8 @@ from .dataset import (
 from .json_array import ArrayReadStats, JsonArrayError, iter_json_array
 from .report import DataReport
 from .sharegpt import SHAREGPT_SPEC, read_sharegpt_package, sharegpt_package_file
-from .tokenize import (
-    TemplateSpanError,
-    TokenizedConversation,
-    assistant_char_spans,
-    tokenize_conversation,
-)
+from .spans import TemplateSpanError, assistant_char_spans
+from .tokenize import TokenizedConversation, encodes_piecewise, tokenize_conversation
 
 __all__ = [
     "BAD_ROW_REASONS",
@@ -47,6 +43,7 @@ __all__ = [
     "assistant_char_spans",
     "build_dataset",
     "corpus_lengths",
+    "encodes_piecewise",
     "has_supervised_pair",
     "iter_json_array",
     "load_tokenizer",
