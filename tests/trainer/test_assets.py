@@ -117,6 +117,8 @@ def test_tokenizer_builds_into_the_given_cache_dir(tmp_path):
     assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
 
 
+# The first build pretrains the target for about a minute; later runs read the cache.
+@pytest.mark.slow
 def test_tiny_target_loads_with_its_tokenizer_and_generation_config(tiny_target_path):
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
@@ -139,6 +141,7 @@ def test_tiny_target_loads_with_its_tokenizer_and_generation_config(tiny_target_
     assert 1_000_000 <= params <= 3_000_000
 
 
+@pytest.mark.slow
 def test_tiny_target_greedy_answers_are_not_degenerate(tiny_target_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
