@@ -22,9 +22,9 @@ def _source_line(source: dict[str, Any]) -> str:
     line = f"{source['description']}: {count} sample{'' if count == 1 else 's'}"
     notes = []
     skipped = source["skipped"]
-    if skipped:
-        reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(skipped.items()))
-        notes.append(f"skipped {sum(skipped.values())} ({reasons})")
+    if any(skipped.values()):
+        reasons = " + ".join(f"{r} {n}" for r, n in sorted(skipped.items()) if n)
+        notes.append(f"skipped {sum(skipped.values())} = {reasons}")
     if source["dropped_incomplete"]:
         notes.append(f"{source['dropped_incomplete']} incomplete record(s) dropped")
     if source["truncated_to_max_length"]:
