@@ -19,6 +19,8 @@ from specdraft.trainer.data import (
     sample_lengths,
     sharegpt_package_file,
 )
+from specdraft.trainer.data.chat_template import resolve_chat_template
+from specdraft.trainer.data.tokenize import tokenize_conversation
 
 GOOD = {
     "conversations": [
@@ -60,14 +62,19 @@ def test_real_sharegpt_rows_mask_exactly_their_assistant_turns(data_config, tiny
     records = [
         r for r, _ in zip(iter_json_array(sharegpt_package_file()), range(400), strict=False)
     ]
+    template = resolve_chat_template("tokenizer", tiny_tokenizer)
     truncated = 0
     for row in dataset:
         assert len(row["input_ids"]) == len(row["loss_mask"]) <= 2048
         assert has_supervised_pair(row["loss_mask"])
+        # Tokens after the last supervised one are trimmed: a row ends on an assistant token.
+        assert row["loss_mask"][-1] == 1
         messages = normalise_conversation(records[row["sample_id"]])
         runs = masked_runs(tiny_tokenizer, row["input_ids"], row["loss_mask"])
         expected = assistant_turns(messages)
-        if len(row["input_ids"]) < 2048:
+        whole = tokenize_conversation(messages, tiny_tokenizer, template, 10**9)
+        assert whole.input_ids[: len(row["input_ids"])] == row["input_ids"]
+        if len(whole.input_ids) <= 2048:
             assert runs == expected
         else:  # cut: every complete turn matches, the last run is the start of its turn
             truncated += 1
@@ -132,8 +139,10 @@ def test_truncation_caps_every_sample_at_max_length(data_config):
     cfg = data_config(max_length=128, max_samples=30)
     dataset, report = build_dataset(cfg, progress=False)
     lengths = sample_lengths(dataset)
-    assert max(lengths) == 128
-    assert report.truncated == sum(1 for n in lengths if n == 128) > 0
+    assert max(lengths) <= 128
+    # A cut row is 128 long unless its cut fell after its last supervised token (then the
+    # unsupervised tail is trimmed too): every full-length row was cut, and some were.
+    assert 0 < sum(1 for n in lengths if n == 128) <= report.truncated
 
 
 def test_cache_hits_and_misses(data_config, tmp_path, tiny_tokenizer_path):

@@ -15,7 +15,7 @@ from .quiet import quiet_datasets
 from .report import DataReport
 
 # Bump when tokenisation or masking changes, so old caches are not reused.
-PIPELINE_VERSION = 1
+PIPELINE_VERSION = 2  # 2: unsupervised tail trimmed
 
 DATA_DIR = "data"
 REPORT_FILE = "report.json"

@@ -20,7 +20,7 @@ from .chat_template import ChatTemplate, resolve_chat_template
 from .conversations import normalise_conversation
 from .report import DataReport
 from .sources import check_source, read_source, source_fingerprint
-from .tokenize import tokenize_conversation
+from .tokenize import tokenize_conversation, trim_unsupervised_tail
 
 _ROWS_PER_BATCH = 1024
 
@@ -182,7 +182,9 @@ def _tokenise_rows(
             report.rows_read += 1
             try:
                 messages = normalise_conversation(record)
-                tokenized = tokenize_conversation(messages, tokenizer, template, max_length)
+                tokenized = trim_unsupervised_tail(
+                    tokenize_conversation(messages, tokenizer, template, max_length)
+                )
                 check_supervised_pair(tokenized.loss_mask)
             except BadRow as bad:
                 counter.record(read.label, row, bad)

@@ -44,6 +44,21 @@ def tokenize_conversation(
     return _by_offsets(text, spans, tokenizer, max_length)
 
 
+def trim_unsupervised_tail(conversation: TokenizedConversation) -> TokenizedConversation:
+    """Drop the tokens after the last supervised one (e.g. a trailing user turn).
+
+    They carry no loss and no draft block can see them (context stops before each anchor, and
+    anchors sit on supervised tokens), so they would only be padding that costs positions.
+    """
+    mask = conversation.loss_mask
+    last = max((i for i, m in enumerate(mask) if m), default=-1)
+    if last + 1 == len(mask):
+        return conversation
+    return TokenizedConversation(
+        conversation.input_ids[: last + 1], mask[: last + 1], conversation.truncated
+    )
+
+
 def _by_pieces(text: str, spans: Any, tokenizer: Any, max_length: int) -> TokenizedConversation:
     ids: list[int] = []
     mask: list[int] = []

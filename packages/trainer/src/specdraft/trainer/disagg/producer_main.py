@@ -68,7 +68,8 @@ def load_prompts(cfg: Config, prompts_path: str | Path | None) -> list[Prompt]:
         return read_prompt_file(prompts_path)
     from specdraft.trainer.data import build_dataset
 
-    return prompts_from_rows(build_dataset(cfg))
+    dataset, _report = build_dataset(cfg, split="train", progress=False)
+    return prompts_from_rows(dataset)
 
 
 def sampler_planner(cfg: Config, lengths: Sequence[int]) -> EpochPlanner:

@@ -80,7 +80,7 @@ def load_run_data(config: Config, ctx: DistContext, *, progress: bool) -> RunDat
         )
         return RunData(dataset, list(dataset.lengths), str(dataset.meta.get("data")), None)
 
-    from ..data import build_dataset
+    from ..data import build_dataset, sample_lengths
     from ..models import TargetFeatureExtractor
 
     # Rank 0 tokenises (and fills the cache) first; the others then read the cache.
@@ -90,7 +90,7 @@ def load_run_data(config: Config, ctx: DistContext, *, progress: bool) -> RunDat
     if ctx.is_main:
         _barrier()
         log.info("training data: %s", report.describe())
-    lengths = [len(ids) for ids in dataset["input_ids"]]
+    lengths = sample_lengths(dataset)
     extractor = TargetFeatureExtractor(
         config.model.target,
         list(config.model.target_layer_ids),
