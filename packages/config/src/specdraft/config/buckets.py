@@ -82,14 +82,16 @@ class CompilePlan:
         )
 
 
-def graphs_per_shape(with_eval: bool) -> int:
-    """Graphs one compiled block needs per static shape.
+def graphs_per_shape(with_eval: bool, num_blocks: int = 2) -> int:
+    """Graphs one compiled block class needs per static shape.
 
-    Training traces every block twice per shape: the first block's input comes from the frozen
-    embedding and has no grad, the others' inputs do, and `requires_grad` is guarded on. A no-grad
-    forward (evaluation) is one more graph per shape, because grad mode is guarded too.
+    Training traces the blocks twice per shape: the first block's input comes from the frozen
+    embedding and has no grad, the others' inputs do, and `requires_grad` is guarded on (a
+    one-block draft has only the first kind). A no-grad forward (evaluation) is one more graph
+    per shape, because grad mode is guarded too.
     """
-    return 2 + (1 if with_eval else 0)
+    train = 2 if num_blocks > 1 else 1
+    return train + (1 if with_eval else 0)
 
 
 def compile_plan_from(
@@ -100,7 +102,7 @@ def compile_plan_from(
         return CompilePlan(False, None, 0, 0, 0, None, None)
     if not num_shapes:
         return CompilePlan(True, None, 0, 0, 0, None, None)
-    per_shape = graphs_per_shape(with_eval)
+    per_shape = graphs_per_shape(with_eval, num_blocks)
     per_block = per_shape * num_shapes
     # The limit is counted per code object, so all blocks of one class share it: the count per
     # block is the count per code object.

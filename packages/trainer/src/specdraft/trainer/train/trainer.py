@@ -268,6 +268,8 @@ class Trainer:
         self.warmup()
         history: list[StepRecord] = []
         evals: list[dict[str, Any]] = []
+        if self.evaluate is not None and self.step == 0:
+            evals.append(self._run_eval())  # tau before training, the baseline of the run
         last_ckpt: Path | None = None
         clock = PerfClock(self.ctx.device)
         bar = self._progress_bar(total)
@@ -375,7 +377,7 @@ class Trainer:
             width = sums[key].numel()
             reduced[key] = values[offset : offset + width]
             offset += width
-        metrics.update(_derived_metrics(reduced))
+        metrics.update(_derived_metrics(reduced, den))
         global_samples = int(all_reduce_sum(torch.tensor(float(samples))).item())
         metrics["perf/train_compute_ms"] = perf["train_compute_ms"]
         metrics["perf/data_wait_ms"] = perf["data_wait_ms"]
@@ -405,27 +407,45 @@ class Trainer:
         return tqdm(total=total, initial=self.step, desc="train", unit="step", dynamic_ncols=True)
 
 
-def _derived_metrics(reduced: dict[str, list[float]]) -> dict[str, Any]:
-    """Turn all-reduced sums into rates: accuracy, per-position accuracy, other ratios.
+# The loss denominator (sum of loss weights) as a ratio's denominator.
+LOSS_WEIGHT = "@loss_weight"
 
-    A metric `x` with a matching `x_count` (or the shared `count`) becomes x / count; per-position
-    vectors become lists. Sums with no count are reported as they are.
-    """
+# Logged metric -> (summed numerator, summed denominator) from the draft's metric sums. A ratio
+# is logged when its numerator is present; the sums are all-reduced before division, so every
+# rate is exact over the window and the ranks.
+METRIC_RATIOS: dict[str, tuple[str, str]] = {
+    "accuracy": ("correct", "count"),
+    "accuracy_per_pos": ("correct_per_pos", "count_per_pos"),
+    # Mean run of leading correct tokens per kept block: an offline estimate of tau - 1.
+    "accept_len": ("accepted", "blocks"),
+    # DFlash2: the decayed cross-entropy and the selector loss, per unit of loss weight.
+    "loss/dflash_ce": ("weighted_ce", LOSS_WEIGHT),
+    "loss/selector_ce": ("selector_weighted_ce", LOSS_WEIGHT),
+    "selector/recall": ("selector_recall_hits", "count"),
+    "selector/accuracy": ("selector_correct", "selector_count"),
+    # DSpark: the three terms per supervised token, and the mean acceptance target.
+    "loss/ce": ("ce_sum", "count"),
+    "loss/l1": ("l1_sum", "count"),
+    "loss/confidence_bce": ("confidence_bce_sum", "count"),
+    "accept_target": ("accept_sum", "count"),
+}
+
+
+def _derived_metrics(reduced: dict[str, list[float]], loss_weight: float) -> dict[str, Any]:
+    """Turn all-reduced sums into the rates of METRIC_RATIOS (vectors become lists)."""
     out: dict[str, Any] = {}
-    for key, values in reduced.items():
-        if key.endswith("count"):
+    for name, (num_key, den_key) in METRIC_RATIOS.items():
+        if num_key not in reduced:
             continue
-        count_key = f"{key}_count" if f"{key}_count" in reduced else None
-        if count_key is None and key.endswith("_per_pos") and "count_per_pos" in reduced:
-            count_key = "count_per_pos"
-        if count_key is None and "count" in reduced and len(values) == 1:
-            count_key = "count"
-        if count_key is None:
-            out[key] = values[0] if len(values) == 1 else values
+        numerators = reduced[num_key]
+        if den_key == LOSS_WEIGHT:
+            denominators = [loss_weight] * len(numerators)
+        elif den_key in reduced:
+            denominators = reduced[den_key]
+        else:
             continue
-        counts = reduced[count_key]
-        rates = [v / c if c > 0 else 0.0 for v, c in zip(values, counts, strict=True)]
-        out[key] = rates[0] if len(rates) == 1 else rates
+        rates = [n / d if d > 0 else 0.0 for n, d in zip(numerators, denominators, strict=True)]
+        out[name] = rates[0] if len(rates) == 1 else rates
     return out
 
 
