@@ -4,11 +4,14 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Test and lint tools (the root package's [dev] extra, listed here so the four packages are
+# installed once, editable, rather than again as the root package's path dependencies).
+DEV_DEPS := "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100" "ruff>=0.6" "pre-commit>=3.5" pyyaml
 # Inductor's cache lives under build/ so compiled tests reuse it between runs.
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/build/inductor-cache
 export SPECDRAFT_CACHE ?= $(CURDIR)/build/cache
 
-.PHONY: setup quickstart lint-examples test lint clean
+.PHONY: setup quickstart test lint clean
 
 $(BIN)/.installed: pyproject.toml packages/*/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +20,7 @@ $(BIN)/.installed: pyproject.toml packages/*/pyproject.toml
 	$(BIN)/python -m pip install -q "torch==2.13.0"
 	$(BIN)/python -m pip install -q -e packages/config -e packages/collate \
 		-e "packages/trainer[sharegpt,mooncake,tensorboard,plot]" -e packages/cli \
-		-e ".[dev]"
+		$(DEV_DEPS)
 	touch $@
 
 setup: $(BIN)/.installed
