@@ -174,6 +174,7 @@ def test_bad_lengths_file_names_the_line(tmp_path: Path, content: str) -> None:
 
 
 def test_plot_is_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")  # the [plot] extra
     out = tmp_path / "lengths.png"
     save_plot(report_for(spread(50), suggest_k=2), out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

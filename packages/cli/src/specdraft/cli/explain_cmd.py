@@ -147,6 +147,6 @@ def explain_buckets(
     if plot_path:
         try:
             save_plot(report, plot_path)
-        except OSError as err:
+        except (OSError, RuntimeError) as err:
             _fail(f"explain-buckets: cannot write the plot {plot_path}: {err}")
         click.echo(f"plot written to {plot_path}", err=True)

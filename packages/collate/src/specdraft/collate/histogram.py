@@ -73,7 +73,12 @@ def render_histogram(histogram: dict[str, Any]) -> list[str]:
 
 def save_plot(report: dict[str, Any], path: str | Path) -> None:
     """Draw the length histogram with the bucket edges into a PNG file."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as exc:  # an optional extra: the terminal histogram needs nothing
+        raise RuntimeError(
+            "--plot needs matplotlib: pip install 'specdraft-collate[plot]'"
+        ) from exc
 
     matplotlib.use("Agg")  # no display on training nodes or in CI
     import matplotlib.pyplot as plt
