@@ -78,7 +78,7 @@ def _publish(step, sids, attempt=0):
     return recs
 
 
-def test_resume_trains_earlier_steps_and_rolls_later_ones_back_to_uncaptured():
+def test_resume_trains_earlier_steps_and_rolls_later_trained_ones_back_to_uncaptured():
     where = {"epoch": 0}
     records = [
         *_publish(0, [1, 2]),
@@ -88,15 +88,20 @@ def test_resume_trains_earlier_steps_and_rolls_later_ones_back_to_uncaptured():
         {"ev": "trained", "step": 0, "window": 0, **where},
         {"ev": "ack", "step": 1, "window": 1, "rank": 0, **where},
         {"ev": "trained", "step": 1, "window": 1, **where},
+        {"ev": "ack", "step": 2, "window": 2, "rank": 0, **where},
         # The trainer restored the checkpoint taken after step 0 ... but its ack of step 1 is
-        # not in those weights; step 2 was never acknowledged at all.
+        # not in those weights; step 2 was acknowledged by one rank only.
         {"ev": "resume", "step": 1, "rank": 0, "incarnation": "b", "rolled": [1, 2]},
     ]
     state = replay(records)
     assert state.is_trained(0)
     assert not state.is_trained(1) and not state.is_trained(2)
-    for step in (1, 2):
-        assert state.steps[step].published is None and not state.steps[step].slots
+    # Step 1's objects were removed when it was trained: it is captured again.
+    assert state.steps[1].published is None and not state.steps[1].slots
+    # Step 2 was never trained: its objects are still there, so it keeps its captures and
+    # forgets the acknowledgement that is not in the restored weights.
+    assert state.steps[2].published is not None and set(state.steps[2].slots) == {5, 6}
+    assert not state.steps[2].acks and state.steps[2].delivered
     # Their attempts stay "live" until removed, and the next attempt is fresh.
     assert (3, 0) in state.live and state.next_attempt[3] == 1
     assert trained_sample_counts(state) == {0: Counter({1: 1, 2: 1})}

@@ -133,19 +133,24 @@ class LedgerState:
 
     def _on_resume(self, rec: dict[str, Any]) -> None:
         # A trainer restored the checkpoint taken after `step` optimizer steps: every earlier
-        # window is in its weights, no later one is, whatever was acknowledged before. Later
-        # windows go back to "not captured" (their attempts stay in `live` until removed), so
-        # they are captured again in step order under the watermark and delivered again.
+        # window is in its weights, no later one is, whatever was acknowledged before. A later
+        # window that was trained had its objects removed: it goes back to "not captured" (its
+        # attempts stay in `live` until removed) and is captured again in step order under the
+        # watermark. A later window not yet trained still has its objects: it keeps its
+        # captures (and its publication) and only forgets its acknowledgements, so a fresh
+        # launch (resume at step 0) does not throw away what the producer captured ahead.
         resume_step = rec["step"]
         self.incarnations.add(rec["incarnation"])
         for index, state in self.steps.items():
             if index < resume_step:
                 state.trained = True
-            else:
+            elif state.trained:
                 state.slots.clear()
                 state.published = None
                 state.acks.clear()
                 state.trained = state.removed = state.delivered = False
+            else:
+                state.acks.clear()
         self.trained_below = resume_step
 
     def _slot(self, rec: dict[str, Any]) -> SlotState | None:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -103,10 +105,19 @@ def run_managed(
     dis = config.deployment.disaggregated
     run_dir = Path(config.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    # The services start one after the other and each may take a while to load its model:
+    # say what is happening (a no-op when the caller configured logging already).
+    logging.basicConfig(
+        level=logging.INFO,
+        format="[managed] %(asctime)s %(levelname)s %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
     supervisor = Supervisor(
         run_dir, health_timeout_s=dis.health_timeout_s, shutdown_timeout_s=dis.shutdown_timeout_s
     )
     trainers: subprocess.Popen[bytes] | None = None
+    previous = _stop_on_sigterm()
     try:
         if dis.store == "mooncake" and dis.mooncake.manage_master:
             supervisor.start(mooncake_service(config))
@@ -127,7 +138,12 @@ def run_managed(
             ", ".join(s.spec.name for s in supervisor.services),
             plan.world_size,
         )
-        trainers = subprocess.Popen(trainer_command(config_path, overrides, resume, plan, progress))
+        # Their stdout carries only their own summary, which this function returns for the
+        # caller to print: dropped, so the summary is printed once. Logs go to stderr.
+        trainers = subprocess.Popen(
+            trainer_command(config_path, overrides, resume, plan, progress),
+            stdout=subprocess.DEVNULL,
+        )
         while trainers.poll() is None:
             supervisor.check()  # restarts the producer; raises ServiceDied for the others
             time.sleep(supervisor.poll_s)
@@ -136,7 +152,9 @@ def run_managed(
                 f"the trainer ranks exited with status {trainers.returncode} (their error is "
                 f"printed above; service logs are in {supervisor.log_dir})"
             )
-    except Exception as exc:
+    except BaseException as exc:
+        # Ctrl-C and SIGTERM too: the services run in sessions of their own and would outlive
+        # this process if it did not stop them.
         if trainers is not None and trainers.poll() is None:
             trainers.terminate()
             try:
@@ -150,8 +168,21 @@ def run_managed(
         raise
     finally:
         supervisor.stop_all()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     summary_file = run_dir / "summary.json"
     return json.loads(summary_file.read_text()) if summary_file.is_file() else None
+
+
+def _stop_on_sigterm() -> Any:
+    """Turn SIGTERM into SystemExit so the services are stopped; the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def start_capture_servers(

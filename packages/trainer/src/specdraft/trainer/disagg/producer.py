@@ -8,8 +8,9 @@ changes only through `_record` (append durably, then apply), under one condition
 
 Exactly-once, in short: a sample is trained when the window holding it is acknowledged by every
 rank; acknowledged windows are never delivered again unless a trainer resumes from an older
-checkpoint, which rolls every later window back to "not captured"; store keys carry the attempt,
-and an attempt number is used once per sample for the whole run.
+checkpoint, which rolls every later trained window back to "not captured" (and makes later
+untrained ones forget their acknowledgements); store keys carry the attempt, and an attempt
+number is used once per sample for the whole run.
 """
 
 from __future__ import annotations
@@ -252,10 +253,12 @@ class Producer:
     def resume(self, step: int, rank: int, incarnation: str) -> list[int]:
         """A trainer restored the checkpoint after `step` steps: re-deliver every later window.
 
-        Windows before `step` count as trained whatever was acknowledged; every window from
-        `step` on goes back to "not captured" and is captured again (new attempts) before it is
-        delivered again. One rollback per trainer incarnation, so the second rank's call does
-        not undo the first rank's fresh acknowledgements. Returns the rolled-back steps.
+        Windows before `step` count as trained whatever was acknowledged. From `step` on, a
+        trained window (its objects were removed) goes back to "not captured" and is captured
+        again (new attempts) before it is delivered again; an untrained one keeps its captures
+        and forgets its acknowledgements. One rollback per trainer incarnation, so the second
+        rank's call does not undo the first rank's fresh acknowledgements. Returns the steps
+        whose acknowledgements were undone.
         """
         self._check_rank(rank)
         if not 0 <= step <= self.plan.total_steps:
@@ -273,11 +276,13 @@ class Producer:
                     pairs, n = self._retire_step(index, state)
                     below.append((index, pairs))
                     slots += n
-                elif index >= step and (state.slots or state.published or state.acks):
+                elif index >= step and state.trained:
                     rolled.append(index)
                     pairs, n = self._retire_step(index, state)
                     above += pairs
                     slots += n
+                elif index >= step and state.acks:
+                    rolled.append(index)  # its objects are still there: only the acks go
             self._record("resume", step=step, rank=rank, incarnation=incarnation, rolled=rolled)
             self._cursor = min(self._cursor, step)
             self._publish_ready()

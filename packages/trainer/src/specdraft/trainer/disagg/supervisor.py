@@ -102,6 +102,7 @@ class Supervisor:
             raise ValueError(f"a service named {spec.name!r} is already running")
         service = Service(spec, self._spawn(spec))
         self.services.append(service)
+        log.info("starting %s (log %s)", spec.name, self.log_path(spec.name))
         self._wait_healthy(service)
         return service
 
