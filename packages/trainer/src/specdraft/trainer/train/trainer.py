@@ -19,7 +19,12 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from ..backends import compiled_graph_count, forbid_recompiles, gradient_sync
+from ..backends import (
+    compiled_graph_count,
+    explain_recompile_limit,
+    forbid_recompiles,
+    gradient_sync,
+)
 from ..runtime import DistContext, all_reduce_sum
 from .checkpoint import LoadedCheckpoint, save_checkpoint
 from .metrics import MetricsWriter, PerfClock, peak_memory_mb
@@ -146,6 +151,9 @@ class Trainer:
         self.epoch = 0
         self.window = 0  # next optimizer window inside the epoch
         self.graphs_after_warmup = 0
+        # Padded length of each micro-batch of the last window (logged as data/pad_lengths):
+        # shows the pad policy at work, the same whichever source built the batches.
+        self.pad_lengths: list[int] = []
 
     # ------------------------------------------------------------------ plan
 
@@ -196,12 +204,14 @@ class Trainer:
             return
         start = time.perf_counter()
         spec = self.spec_for_epoch(self.spec, self.epoch)
-        for batch in batches:
-            out = self.model(batch, head=self.head, spec=spec)
-            out.numerator.backward()
-            if self.evaluate is not None:
-                with torch.no_grad():
-                    self.model(prediction_batch(batch, spec.num_anchors), head=self.head, spec=spec)
+        with explain_recompile_limit():
+            for batch in batches:
+                out = self.model(batch, head=self.head, spec=spec)
+                out.numerator.backward()
+                if self.evaluate is not None:
+                    with torch.no_grad():
+                        predict = prediction_batch(batch, spec.num_anchors)
+                        self.model(predict, head=self.head, spec=spec)
         self.optimizer.zero_grad(set_to_none=True)
         self.graphs_after_warmup = compiled_graph_count()
         if self.ctx.is_main:
@@ -224,6 +234,7 @@ class Trainer:
         sums: dict[str, torch.Tensor] = {}
         samples = 0
         last = len(window) - 1
+        self.pad_lengths = [int(batch["input_ids"].shape[1]) for batch in window]
         for index, batch in enumerate(window):
             with clock.train_compute(), gradient_sync(self.model, index == last):
                 out = self.model(batch, head=self.head, spec=spec)
@@ -345,7 +356,9 @@ class Trainer:
 
     def _run_eval(self) -> dict[str, Any]:
         self.model.eval()
-        with torch.no_grad():
+        # Evaluation runs the graphs the warm-up built too: the same recompile rules apply.
+        fail = self.settings.fail_on_recompile and self.settings.compile_blocks
+        with torch.no_grad(), forbid_recompiles(fail):
             result = dict(self.evaluate(self.model)) if self.evaluate else {}
         self.model.train()
         result["step"] = self.step
@@ -384,6 +397,7 @@ class Trainer:
         metrics["perf/step_ms"] = elapsed_s * 1e3
         metrics["perf/samples_per_s"] = global_samples / elapsed_s if elapsed_s > 0 else 0.0
         metrics["perf/peak_memory_mb"] = peak_memory_mb(self.ctx.device)
+        metrics["data/pad_lengths"] = list(self.pad_lengths)
         if self.settings.compile_blocks:
             graphs = compiled_graph_count()
             metrics["compile/graphs"] = graphs
