@@ -81,6 +81,7 @@ def train(
         dry_run_plan,
         launch_environment_defaults,
         rank_main,
+        runtime_check_errors,
         target_check_errors,
     )
 
@@ -88,6 +89,12 @@ def train(
     if errors:
         raise click.ClickException(
             f"{config_path}: the config does not fit its target:\n  " + "\n  ".join(errors)
+        )
+    # Before any rank starts (and in --dry-run): what this machine cannot run, e.g. fp8 on CPU.
+    errors = runtime_check_errors(config)
+    if errors:
+        raise click.ClickException(
+            f"{config_path}: the config cannot run on this machine:\n  " + "\n  ".join(errors)
         )
     plan = LaunchPlan(
         nproc_per_node=nproc_per_node or config.deployment.nproc_per_node,

@@ -12,6 +12,7 @@ from .compile import (
     apply_compile,
     compiled_graph_count,
     configure_dynamo,
+    explain_recompile_limit,
     forbid_recompiles,
 )
 from .fp8 import Fp8Unavailable, check_fp8_supported
@@ -55,6 +56,7 @@ __all__ = [
     "check_fp8_supported",
     "compiled_graph_count",
     "configure_dynamo",
+    "explain_recompile_limit",
     "forbid_recompiles",
     "gradient_sync",
     "prepare",

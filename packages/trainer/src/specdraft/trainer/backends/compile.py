@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -14,30 +15,39 @@ from specdraft.config import CompilePlan
 
 log = logging.getLogger(__name__)
 
+# The plan configure_dynamo last applied: Dynamo's limits are process-wide, and an error about
+# them should quote the numbers the run planned.
+_active_plan: CompilePlan | None = None
+
 
 class RecompileError(RuntimeError):
-    """A compiled block recompiled after warm-up while training.fail_on_recompile is set."""
+    """A compiled block recompiled after warm-up, or hit Dynamo's recompile limit."""
 
 
 def configure_dynamo(plan: CompilePlan) -> None:
     """Set Dynamo's limits so every planned static shape gets its own graph."""
+    global _active_plan
     if plan.recompile_limit is None:
         return
+    _active_plan = plan
     cfg = torch._dynamo.config
-    # The limit is counted per code object, and all blocks of one class share their forward's
-    # code object: raise it to the number of graphs one block needs (shapes x grad variants,
-    # + eval), plus slack, so a new bucket never exhausts it.
+    # recompile_limit caps the cache entries of one code object (per nn.Module instance only when
+    # Dynamo ID-matches `self`, i.e. after a graph break). The blocks of one class share their
+    # forward's code object and are not ID-matched, so they share one count: raise it to the
+    # graphs all blocks of the class need (shapes x grad variants, + eval), plus slack. A limit
+    # the user raised further is kept.
     cfg.recompile_limit = max(cfg.recompile_limit, plan.recompile_limit)
-    # The accumulated limit caps all recompiles of all frames together; raise it with the above.
+    # accumulated_recompile_limit caps the entries of one code object over all module instances;
+    # the plan sizes it for the case where a graph break makes every block count on its own.
     cfg.accumulated_recompile_limit = max(
         cfg.accumulated_recompile_limit, plan.accumulated_recompile_limit or 0
     )
-    # Hitting the limit would silently fall back to eager (slow, and the benchmark would lie):
-    # make it an error instead. By construction the planned count never reaches the limit.
+    # Hitting a limit would otherwise silently run the block eagerly from then on (slow, and a
+    # benchmark would lie): make it an error, which `explain_recompile_limit` makes readable.
     cfg.fail_on_recompile_limit_hit = True
-    # With dynamic=False a changed length must get a new static graph, never a symbolic one;
-    # automatic_dynamic_shapes would otherwise mark the dimension dynamic on the second shape.
-    cfg.automatic_dynamic_shapes = False
+    # automatic_dynamic_shapes is left alone on purpose: compile(dynamic=False) already turns it
+    # off for the compiled blocks (so a second length gets a new static graph, never a symbolic
+    # one), and switching it off process-wide would change other compiled code too.
 
 
 def apply_compile(model: nn.Module, plan: CompilePlan) -> int:
@@ -67,23 +77,78 @@ def compiled_graph_count() -> int:
     return int(counters["stats"].get("unique_graphs", 0))
 
 
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """`exc` or the first exception of that kind in its cause/context chain."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def recompile_limit_message(exc: BaseException) -> str:
+    """What to tell the user when a compiled block hit one of Dynamo's recompile limits."""
+    cause = str(exc.__cause__ or exc)
+    found = re.search(r"Limit type: (\w+)", cause)
+    limit_type = found.group(1) if found else "recompile_limit"
+    current = getattr(torch._dynamo.config, limit_type, "?")
+    plan = _active_plan
+    if plan is not None:
+        planned = (
+            f"The run's compile plan needs {plan.graphs_per_block} graphs per block class "
+            f"({plan.num_shapes} static shape(s) x {plan.graphs_per_shape}) and sets "
+            f"recompile_limit = {plan.recompile_limit}, accumulated_recompile_limit = "
+            f"{plan.accumulated_recompile_limit}."
+        )
+    else:
+        planned = "No compile plan set the limits (compile_blocks without static shapes?)."
+    return (
+        f"a compiled draft block hit Dynamo's {limit_type} "
+        f"(torch._dynamo.config.{limit_type} = {current}). {planned} Either the limit was "
+        "lowered after specdraft set it (by your code or another library), or blocks see more "
+        "shapes than the plan counts: check that every loader pads with the run's pad policy "
+        "(training.static_shapes / training.static_shape_buckets / data.max_length) and run "
+        "with TORCH_LOGS=recompiles to see which guard failed."
+    )
+
+
 @contextmanager
-def forbid_recompiles(enabled: bool) -> Iterator[None]:
-    """Inside, any recompile raises (used after warm-up with training.fail_on_recompile)."""
-    if not enabled:
-        yield
-        return
-    previous = torch._dynamo.config.error_on_recompile
-    torch._dynamo.config.error_on_recompile = True
+def explain_recompile_limit() -> Iterator[None]:
+    """Turn Dynamo's bare recompile-limit failure into a RecompileError that names the plan."""
     try:
         yield
     except Exception as exc:
-        if "recompil" in str(exc).lower():
-            raise RecompileError(
-                "a compiled draft block recompiled after warm-up (training.fail_on_recompile is "
-                "set): a batch came in with a shape the warm-up did not cover. Check that every "
-                f"loader pads with the run's pad policy. Dynamo said: {exc}"
-            ) from exc
-        raise
+        hit = _caused_by(exc, torch._dynamo.exc.FailOnRecompileLimitHit)
+        if hit is None:
+            raise
+        raise RecompileError(recompile_limit_message(hit)) from exc
+
+
+@contextmanager
+def forbid_recompiles(enabled: bool) -> Iterator[None]:
+    """Inside, a recompile raises RecompileError when `enabled` (training.fail_on_recompile).
+
+    Recompile-limit failures are explained either way.
+    """
+    previous = torch._dynamo.config.error_on_recompile
+    if enabled:
+        # Dynamo raises instead of compiling once any guard of an existing graph fails.
+        torch._dynamo.config.error_on_recompile = True
+    try:
+        with explain_recompile_limit():
+            yield
+    except Exception as exc:
+        recompile = _caused_by(exc, torch._dynamo.exc.RecompileError)
+        if not enabled or recompile is None:
+            raise
+        raise RecompileError(
+            "a compiled draft block recompiled after warm-up (training.fail_on_recompile = "
+            "true): a batch came in with a shape the warm-up did not build. Check that every "
+            "loader pads with the run's pad policy (training.static_shapes / "
+            f"training.static_shape_buckets / data.max_length). Dynamo said: {recompile}"
+        ) from exc
     finally:
         torch._dynamo.config.error_on_recompile = previous

@@ -85,7 +85,7 @@ def dry_run_plan(config: Config, *, world_size: int) -> RunPlan:
     pad_to = pad_policy_from_config(config)
     plan = compile_plan(config)
     # fp32 master weights + fp32 grads + two AdamW moments, sharded over the ranks.
-    state_gb = params * 16 / world_size / 2**30
+    state_bytes = params * 16 / world_size
     device = "cuda (NCCL)" if torch.cuda.is_available() else "cpu (gloo)"
     text = target_config.get_text_config()
     vocab = int(text.vocab_size)
@@ -94,8 +94,12 @@ def dry_run_plan(config: Config, *, world_size: int) -> RunPlan:
     tokens = training.num_anchors * bs * training.micro_batch_size
     # The largest transient: one chunk of full-vocabulary fp32 logits (and its gradient).
     chunk_blocks = min(training.logits_chunk_blocks, training.num_anchors)
-    logits_gb = 2 * chunk_blocks * bs * training.micro_batch_size * vocab * 4 / 2**30
-    frozen_gb = 2 * vocab * hidden * (2 if device.startswith("cuda") else 4) / 2**30
+    logits_bytes = 2 * chunk_blocks * bs * training.micro_batch_size * vocab * 4
+    dtype_bytes = 2 if device.startswith("cuda") else 4  # bf16 on GPU, fp32 on CPU
+    frozen_bytes = 2 * vocab * hidden * dtype_bytes
+    # Each rank's micro-batch features: [micro, max_length, L*H (+ H for DSpark)].
+    width = hidden * (len(config.model.target_layer_ids) + (config.model.algorithm == "dspark"))
+    features_bytes = training.micro_batch_size * config.data.max_length * width * dtype_bytes
     lines = [
         f"config:      {config.run_id} ({config.model.algorithm}, block {bs}, "
         f"{config.model.num_draft_layers} draft layer(s), layers {config.model.target_layer_ids})",
@@ -109,11 +113,55 @@ def dry_run_plan(config: Config, *, world_size: int) -> RunPlan:
         f"{world_size} ranks = {training.micro_batch_size * training.grad_accum_steps * world_size}"
         f" samples per optimizer step; {tokens} draft tokens per micro-batch",
         f"draft:       {params / 1e6:.1f}M trainable parameters",
-        f"memory/rank: ~{state_gb:.2f} GiB weights+grads+AdamW (sharded), "
-        f"~{frozen_gb:.2f} GiB frozen embedding+LM head, ~{logits_gb:.2f} GiB logits chunk",
+        f"memory/rank: ~{memory(state_bytes)} weights+grads+AdamW (sharded), "
+        f"~{memory(frozen_bytes)} frozen embedding+LM head, ~{memory(logits_bytes)} logits "
+        f"chunk, ~{memory(features_bytes)} target features per micro-batch",
+        f"target:      {in_process_target_line(config, target_config, dtype_bytes)}",
         f"output:      {config.output_dir}",
     ]
     return RunPlan(lines)
+
+
+def memory(num_bytes: float) -> str:
+    """A byte count for the plan: GiB, or MiB below a tenth of a GiB (tiny runs stay readable)."""
+    if num_bytes >= 2**30 / 10:
+        return f"{num_bytes / 2**30:.2f} GiB"
+    return f"{num_bytes / 2**20:.1f} MiB"
+
+
+def in_process_target_line(config: Config, target_config: Any, dtype_bytes: int) -> str:
+    """Where the target runs, and the weight memory it costs each rank when it runs there."""
+    if config.deployment.mode == "disaggregated":
+        return "on the capture servers (no target weights on the trainer ranks)"
+    if config.data.format == "features":
+        return "not loaded (offline feature files)"
+    try:
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            target = AutoModelForCausalLM.from_config(target_config)
+        params = sum(p.numel() for p in target.parameters())
+    except Exception as exc:  # an architecture transformers cannot build: say so, plan anyway
+        return f"in-process on every rank (size unknown: {exc})"
+    return (
+        f"in-process on every rank for features: {params / 1e6:.1f}M parameters, "
+        f"~{memory(params * dtype_bytes)} per rank"
+    )
+
+
+def runtime_check_errors(config: Config) -> list[str]:
+    """Config checks that need this machine: fp8_linear needs CUDA, FSDP2 and torchao."""
+    if not config.training.fp8_linear:
+        return []
+    from ..backends import Fp8Unavailable, backend_options_from_config, check_fp8_supported
+    from ..runtime.distributed import pick_device
+
+    options = backend_options_from_config(config, pick_device(0))
+    try:
+        check_fp8_supported(options)
+    except Fp8Unavailable as exc:
+        return [f"training.fp8_linear = true: {exc}"]
+    return []
 
 
 def target_check_errors(config: Config) -> list[str]:
