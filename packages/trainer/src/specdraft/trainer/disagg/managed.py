@@ -147,6 +147,7 @@ def run_managed(
         while trainers.poll() is None:
             supervisor.check()  # restarts the producer; raises ServiceDied for the others
             time.sleep(supervisor.poll_s)
+        log.info("trainer ranks exited with status %d; stopping the services", trainers.returncode)
         if trainers.returncode != 0:
             raise RankFailed(
                 f"the trainer ranks exited with status {trainers.returncode} (their error is "
@@ -168,6 +169,7 @@ def run_managed(
         raise
     finally:
         supervisor.stop_all()
+        log.info("services stopped (%s)", ", ".join(supervisor.stop_order) or "none started")
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     summary_file = run_dir / "summary.json"

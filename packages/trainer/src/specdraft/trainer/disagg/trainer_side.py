@@ -31,6 +31,27 @@ def shared_incarnation(ctx: DistContext) -> str:
     return str(box[0])
 
 
+class PlanMismatch(RuntimeError):
+    """The producer plans windows for another run or another number of trainer ranks."""
+
+
+def check_plan(plan: dict[str, Any], config: Config, ctx: DistContext, url: str | None) -> None:
+    """Refuse a producer whose plan does not fit this trainer launch (names the fix)."""
+    where = f"the producer at {url}" if url else "the producer"
+    if plan.get("run") != config.run_id:
+        raise PlanMismatch(
+            f"{where} serves run {plan.get('run')!r}, but this config's run_id is "
+            f"{config.run_id!r}: the output_dir holds another run's producer; use the same "
+            f"config for producer and trainers, or another output_dir"
+        )
+    if int(plan["world_size"]) != ctx.world_size:
+        raise PlanMismatch(
+            f"{where} cuts windows for {plan['world_size']} trainer ranks, but this launch has "
+            f"{ctx.world_size}: start the producer with the same deployment.nproc_per_node x "
+            f"deployment.nnodes as the trainers (or launch {plan['world_size']} ranks)"
+        )
+
+
 def build_disaggregated_trainer(
     config: Config, ctx: DistContext, *, resume: str | None = None, progress: bool = True
 ) -> Trainer:
@@ -40,6 +61,7 @@ def build_disaggregated_trainer(
     run_dir = Path(config.output_dir)
     store = open_store(config.deployment.disaggregated, run_dir, role="trainer")
     client = WindowClient.from_config(config, run_dir, rank=ctx.rank)
+    check_plan(client.plan(), config, ctx, client.url)
     options = backend_options_from_config(config, ctx.device)
     builder = BatchBuilder(
         # The second call site of the run's pad policy (the first is LocalBatchSource).
@@ -60,4 +82,4 @@ def build_disaggregated_trainer(
     return trainer
 
 
-__all__ = ["build_disaggregated_trainer", "shared_incarnation"]
+__all__ = ["PlanMismatch", "build_disaggregated_trainer", "check_plan", "shared_incarnation"]
