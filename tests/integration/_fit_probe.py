@@ -1,0 +1,80 @@
+"""Trainer.fit of several configs in one process group, reporting what the backend tests compare.
+
+Run as a subprocess (a fresh process per group keeps torch.distributed and Dynamo state out of
+pytest): `python -c "...; _fit_probe.main()" NPROC CONFIG OVERRIDE_SETS_JSON`. One rank runs in
+this process; more ranks are started by `specdraft.trainer.launch.launch`, exactly as
+`specdraft train` starts them. Prints one JSON line: rank 0's list of per-run reports.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+def _count_reduce_scatters() -> list[int]:
+    """Count gradient reduce-scatters (FSDP1 and FSDP2 both call dist.reduce_scatter_single)."""
+    import torch.distributed as dist
+
+    calls = [0]
+    original = dist.reduce_scatter_single
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    dist.reduce_scatter_single = counted
+    return calls
+
+
+def fit_runs(config_path: str, override_sets: list[list[str]]) -> list[dict[str, Any]]:
+    """Build and fit one trainer per override set in this rank's group; return their reports."""
+    import torch
+
+    from specdraft.config import load_config
+    from specdraft.trainer.runtime import init_distributed, shutdown_distributed
+    from specdraft.trainer.train.assembly import build_trainer
+
+    ctx = init_distributed()
+    calls = _count_reduce_scatters()
+    reports = []
+    try:
+        for overrides in override_sets:
+            config = load_config(config_path, overrides)
+            trainer = build_trainer(config, ctx, progress=False)
+            head = [p.detach().clone() for p in trainer.head.parameters()]
+            head_ids = {id(p) for p in trainer.head.parameters()}
+            before = calls[0]
+            result = trainer.fit()
+            trainer.writer.close()
+            reports.append(
+                {
+                    "overrides": overrides,
+                    "loss": [r.loss for r in result.history],
+                    "grad_norm": [r.metrics["grad_norm"] for r in result.history],
+                    "loss_weight": [r.metrics["loss_weight"] for r in result.history],
+                    "pad_lengths": [r.metrics.get("data/pad_lengths") for r in result.history],
+                    "reduce_scatters": calls[0] - before,
+                    "steps": result.final_step,
+                    "model_type": type(trainer.model).__name__,
+                    "head_in_model": any(id(p) in head_ids for p in trainer.model.parameters()),
+                    "head_unchanged": all(
+                        torch.equal(a, b)
+                        for a, b in zip(head, trainer.head.parameters(), strict=True)
+                    ),
+                    "head_trainable": any(p.requires_grad for p in trainer.head.parameters()),
+                }
+            )
+    finally:
+        shutdown_distributed()
+    return reports
+
+
+def main() -> None:
+    """Command-line entry: NPROC CONFIG OVERRIDE_SETS_JSON."""
+    from specdraft.trainer.launch import LaunchPlan, launch
+
+    nproc, config_path, sets = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+    reports = launch(LaunchPlan(nproc_per_node=nproc), fit_runs, config_path, sets)
+    print(json.dumps(reports))
