@@ -42,8 +42,11 @@ def write_conversations(path: Path, count: int = 32, seed: int = 0) -> Path:
     return path
 
 
-def write_config(folder: Path, data: Path, **training: Any) -> Path:
-    """A tiny DFlash2 config on the tiny target: 2 draft layers, buckets (128, 256), 4 steps."""
+def write_config(
+    folder: Path, data: Path, *, max_length: int = 256, eval_samples: int = 0, **training: Any
+) -> Path:
+    """A tiny DFlash2 config on the tiny target: 2 draft layers, buckets (128, max_length),
+    4 steps; `eval_samples` held-out prompts from the same file turn evaluation on."""
     from specdraft.trainer.assets import build_tiny_target, tiny_assets_info
 
     settings: dict[str, Any] = {
@@ -78,8 +81,10 @@ selector_rank = 32
 selector_top_k = 8
 [data]
 train_paths = ["{data}"]
-max_length = 256
+max_length = {max_length}
 cache_dir = "{data.parent / "cache"}"
+{f'eval_paths = ["{data}"]' if eval_samples else ""}
+{f"max_eval_samples = {eval_samples}" if eval_samples else ""}
 [training]
 {chr(10).join(lines)}
 [tracking]
@@ -91,10 +96,16 @@ progress_bar = false
     return path
 
 
-def run_probe(nproc: int, config: Path, override_sets: list[list[str]]) -> list[dict[str, Any]]:
+def run_probe(
+    nproc: int,
+    config: Path,
+    override_sets: list[list[str]],
+    tweaks: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """Fit each override set of `config` in one group of `nproc` ranks; rank 0's reports."""
     code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import _fit_probe; _fit_probe.main()"
     argv = [sys.executable, "-c", code, str(nproc), str(config), json.dumps(override_sets)]
+    argv.append(json.dumps(tweaks or {}))
     done = subprocess.run(
         argv,
         capture_output=True,

@@ -1,9 +1,14 @@
 """Trainer.fit of several configs in one process group, reporting what the backend tests compare.
 
 Run as a subprocess (a fresh process per group keeps torch.distributed and Dynamo state out of
-pytest): `python -c "...; _fit_probe.main()" NPROC CONFIG OVERRIDE_SETS_JSON`. One rank runs in
-this process; more ranks are started by `specdraft.trainer.launch.launch`, exactly as
+pytest): `python -c "...; _fit_probe.main()" NPROC CONFIG OVERRIDE_SETS_JSON [TWEAKS_JSON]`. One
+rank runs in this process; more ranks are started by `specdraft.trainer.launch.launch`, exactly as
 `specdraft train` starts them. Prints one JSON line: rank 0's list of per-run reports.
+
+Tweaks break a run on purpose, after `build_trainer` and before `fit`: `recompile_limit` lowers
+Dynamo's limit below what the compile plan set; `pad_to_longest` makes the train loader ignore
+the run's pad policy. A run that raises is reported with its error, and the runs after it are
+skipped.
 """
 
 from __future__ import annotations
@@ -28,7 +33,21 @@ def _count_reduce_scatters() -> list[int]:
     return calls
 
 
-def fit_runs(config_path: str, override_sets: list[list[str]]) -> list[dict[str, Any]]:
+def apply_tweaks(trainer: Any, tweaks: dict[str, Any]) -> None:
+    """Break the run as the tweaks ask (see the module docstring)."""
+    import torch
+
+    from specdraft.collate import DataCollatorWithPadding
+
+    if "recompile_limit" in tweaks:
+        torch._dynamo.config.recompile_limit = int(tweaks["recompile_limit"])
+    if tweaks.get("pad_to_longest"):
+        trainer.source.builder.collate = DataCollatorWithPadding(pad_to=None)
+
+
+def fit_runs(
+    config_path: str, override_sets: list[list[str]], tweaks: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Build and fit one trainer per override set in this rank's group; return their reports."""
     import torch
 
@@ -45,8 +64,13 @@ def fit_runs(config_path: str, override_sets: list[list[str]]) -> list[dict[str,
             trainer = build_trainer(config, ctx, progress=False)
             head = [p.detach().clone() for p in trainer.head.parameters()]
             head_ids = {id(p) for p in trainer.head.parameters()}
+            apply_tweaks(trainer, tweaks or {})
             before = calls[0]
-            result = trainer.fit()
+            try:
+                result = trainer.fit()
+            except Exception as exc:
+                reports.append({"overrides": overrides, "error": [type(exc).__name__, str(exc)]})
+                break
             trainer.writer.close()
             reports.append(
                 {
@@ -57,6 +81,15 @@ def fit_runs(config_path: str, override_sets: list[list[str]]) -> list[dict[str,
                     "pad_lengths": [r.metrics.get("data/pad_lengths") for r in result.history],
                     "reduce_scatters": calls[0] - before,
                     "steps": result.final_step,
+                    "compile_graphs": result.compile_graphs,
+                    "recompiles_after_warmup": result.recompiles_after_warmup,
+                    "compile_metrics": [
+                        [
+                            r.metrics.get("compile/graphs"),
+                            r.metrics.get("compile/recompiles_after_warmup"),
+                        ]
+                        for r in result.history
+                    ],
                     "model_type": type(trainer.model).__name__,
                     "head_in_model": any(id(p) in head_ids for p in trainer.model.parameters()),
                     "head_unchanged": all(
@@ -72,9 +105,10 @@ def fit_runs(config_path: str, override_sets: list[list[str]]) -> list[dict[str,
 
 
 def main() -> None:
-    """Command-line entry: NPROC CONFIG OVERRIDE_SETS_JSON."""
+    """Command-line entry: NPROC CONFIG OVERRIDE_SETS_JSON [TWEAKS_JSON]."""
     from specdraft.trainer.launch import LaunchPlan, launch
 
     nproc, config_path, sets = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
-    reports = launch(LaunchPlan(nproc_per_node=nproc), fit_runs, config_path, sets)
+    tweaks = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+    reports = launch(LaunchPlan(nproc_per_node=nproc), fit_runs, config_path, sets, tweaks)
     print(json.dumps(reports))
