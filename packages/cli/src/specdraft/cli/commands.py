@@ -14,6 +14,9 @@ COMMANDS: dict[str, str] = {
     "eval": "specdraft.cli.eval_cmd:eval_",
     "export": "specdraft.cli.export_cmd:export",
     "serve-capture": "specdraft.cli.serve_capture_cmd:serve_capture",
+    "regenerate": "specdraft.cli.regenerate_cmd:regenerate",
+    "prepare-features": "specdraft.cli.prepare_features_cmd:prepare_features",
+    "assets": "specdraft.cli.assets_cmd:assets",
 }
 
 # One-line summaries for `specdraft --help`, so listing commands imports none of them.
@@ -25,4 +28,7 @@ SUMMARIES: dict[str, str] = {
     "eval": "Acceptance length tau of a draft checkpoint on held-out prompts.",
     "export": "Export a checkpoint as a HF draft folder SGLang can load.",
     "serve-capture": "Run the embedded capture server (target features into the store).",
+    "regenerate": "Rewrite a corpus's assistant turns with the target's own greedy answers.",
+    "prepare-features": "Run the target once over the corpus and write offline feature shards.",
+    "assets": "Build local assets (the tiny target) into a fixed folder.",
 }

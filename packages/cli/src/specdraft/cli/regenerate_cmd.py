@@ -1,0 +1,110 @@
+"""`specdraft regenerate CONFIG --out FILE.jsonl`: the corpus with the target's own answers."""
+
+from __future__ import annotations
+
+import click
+
+from .common import load_or_exit, overrides_option
+
+
+@click.command("regenerate")
+@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False, path_type=str))
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=str),
+    help="The JSONL file to write (or to finish: rows already there are kept).",
+)
+@click.option(
+    "--first",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="First record (counted over all sources, bad rows included).",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Records to regenerate from --first [default: to the end].",
+)
+@click.option(
+    "--source",
+    "sources",
+    multiple=True,
+    metavar="SPEC",
+    help="Conversations to regenerate (.json/.jsonl file or pkg:sharegpt) instead of "
+    "data.train_paths. Repeatable.",
+)
+@click.option(
+    "--endpoint",
+    default=None,
+    metavar="URL",
+    help="An OpenAI-compatible server (e.g. SGLang at http://127.0.0.1:30000) serving the "
+    "target; default: run model.target in-process.",
+)
+@click.option(
+    "--model",
+    default=None,
+    metavar="NAME",
+    help="Model name sent to --endpoint [default: the first one it lists].",
+)
+@click.option(
+    "--max-new-tokens",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Longest answer per assistant turn.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Conversations answered together: one padded batch in-process, concurrent requests "
+    "to --endpoint. Keep it when resuming for byte-identical output.",
+)
+@overrides_option
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def regenerate(
+    config_path: str,
+    out: str,
+    first: int,
+    count: int | None,
+    sources: tuple[str, ...],
+    endpoint: str | None,
+    model: str | None,
+    max_new_tokens: int,
+    batch_size: int,
+    overrides: tuple[str, ...],
+    no_progress: bool,
+) -> None:
+    """Rewrite the assistant turns of CONFIG's conversations with the target's greedy answers.
+
+    \b
+    Turn by turn: each assistant turn is replaced by the target's answer to the conversation
+    so far (earlier answers already replaced), rendered with data.chat_template and stopped at
+    the end-of-turn token; a conversation stops where its prompt reaches data.max_length.
+    Writes ShareGPT JSONL (id, source_row, conversations) for data.train_paths. Interrupted
+    runs resume: rerun the same command and rows already in --out are skipped.
+    """
+    config = load_or_exit(config_path, overrides)
+    from specdraft.trainer.regenerate import RegenerateError
+    from specdraft.trainer.regenerate_run import regenerate_from_config
+
+    try:
+        result = regenerate_from_config(
+            config,
+            out,
+            first=first,
+            count=count,
+            sources=sources,
+            endpoint=endpoint,
+            model=model,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            progress=not no_progress,
+        )
+    except (RegenerateError, ValueError, FileNotFoundError) as exc:
+        raise click.ClickException(f"{config_path}: {exc}") from None
+    click.echo(result.describe())
