@@ -1,0 +1,100 @@
+"""The benchmark's batch source: the trainer's own LocalBatchSource, plus two things.
+
+It counts what the pad policy makes the draft compute (rows x padded length of every batch,
+dummies included) against the real tokens, and, where the run has no target to run (synthetic
+features), fills `hidden_states` / `target_last_hidden_states` with seeded random features of
+each sample's own length, generated on the device so a large preset is not bound by the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from specdraft.trainer.train.sources import LocalBatchSource
+
+
+@dataclass
+class PaddingTally:
+    """Computed positions (rows x padded length) and real tokens of the batches a rank ran."""
+
+    computed_positions: int = 0
+    real_tokens: int = 0
+
+
+class SyntheticFeatures:
+    """Seeded random target features of one sample, the same whatever it is padded to."""
+
+    def __init__(
+        self,
+        *,
+        feature_width: int,
+        hidden_size: int,
+        with_last_hidden: bool,
+        dtype: torch.dtype,
+        device: torch.device,
+        seed: int,
+    ) -> None:
+        self.feature_width = feature_width
+        self.hidden_size = hidden_size
+        self.with_last_hidden = with_last_hidden
+        self.dtype = dtype
+        self.device = device
+        self.seed = seed
+
+    def __call__(
+        self, sample_ids: Sequence[int], lengths: Sequence[int], rows: int, padded: int
+    ) -> dict[str, torch.Tensor]:
+        """Features [rows, padded, ...]: random for each real sample, zero after it and below."""
+        out = {"hidden_states": self._zeros(rows, padded, self.feature_width)}
+        if self.with_last_hidden:
+            out["target_last_hidden_states"] = self._zeros(rows, padded, self.hidden_size)
+        for row, (sample_id, length) in enumerate(zip(sample_ids, lengths, strict=True)):
+            generator = torch.Generator(device=self.device).manual_seed(
+                self.seed * 1_000_003 + int(sample_id)
+            )
+            for tensor in out.values():
+                width = tensor.shape[-1]
+                tensor[row, :length] = torch.randn(
+                    (length, width), generator=generator, device=self.device, dtype=self.dtype
+                )
+        return out
+
+    def _zeros(self, rows: int, padded: int, width: int) -> torch.Tensor:
+        return torch.zeros(rows, padded, width, dtype=self.dtype, device=self.device)
+
+
+class BenchBatchSource(LocalBatchSource):
+    """LocalBatchSource that tallies padding and, without a target, adds synthetic features."""
+
+    def __init__(
+        self,
+        *args: Any,
+        lengths: Sequence[int],
+        synthetic: SyntheticFeatures | None,
+        fingerprint: str,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.lengths = list(lengths)
+        self.synthetic = synthetic
+        # build_trainer records a source's fingerprint in the run's checkpoint fingerprint.
+        self.fingerprint = fingerprint
+        self.tally = PaddingTally()
+
+    def batch(self, indices: Sequence[int]) -> dict[str, Any]:
+        """One micro-batch, counted; synthetic features added when the run has no target."""
+        batch = super().batch(indices)
+        rows, padded = batch["input_ids"].shape[:2]
+        lengths = [self.lengths[int(i)] for i in indices]
+        self.tally.computed_positions += int(rows) * int(padded)
+        self.tally.real_tokens += sum(lengths)
+        if "hidden_states" not in batch:
+            if self.synthetic is None:
+                raise RuntimeError("a batch without features and no synthetic feature source")
+            sample_ids = batch["sample_id"][: len(indices)].tolist()
+            batch.update(self.synthetic(sample_ids, lengths, int(rows), int(padded)))
+        return batch
