@@ -14,6 +14,7 @@ from specdraft.config import Config
 
 from .shards import (
     FORMAT_VERSION,
+    FeatureMismatch,
     check_feature_meta,
     read_index,
     write_index,
@@ -71,33 +72,49 @@ def prepare_features(
     """Write (or finish) the feature shards of the config's training corpus into `out_dir`."""
     from ..data import build_dataset
     from ..models import TargetFeatureExtractor
+    from ..train.assembly import target_dtype
 
+    if shard_size < 1:
+        raise ValueError(f"--shard-size must be at least 1, not {shard_size}")
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     dataset, report = build_dataset(config, split="train", progress=progress)
     meta = feature_meta(config, report.fingerprint)
     index = read_index(folder)
     if index is None:
-        index = {"meta": meta, "shards": [], "complete": False}
+        index = {"meta": meta, "shards": [], "complete": False, "shard_size": shard_size}
     else:
         check_feature_meta(index["meta"], meta, folder)
         if index["meta"].get("data") != meta["data"]:
-            raise ValueError(
-                f"{folder} holds features of different data (fingerprint "
+            raise FeatureMismatch(
+                f"{folder} holds features of different data (data.train_paths, "
+                f"data.max_samples or the tokenizer changed: fingerprint "
                 f"{index['meta'].get('data')} vs {meta['data']}): use a new --out folder"
+            )
+        # Shard k holds samples k*size..(k+1)*size-1: another size would skip or repeat some.
+        if index.get("shard_size") != shard_size:
+            raise FeatureMismatch(
+                f"{folder} was started with --shard-size {index.get('shard_size')}, not "
+                f"{shard_size}: resume with --shard-size {index.get('shard_size')}"
             )
     done = len(index["shards"])
     total_shards = -(-len(dataset) // shard_size)
-    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    extractor = TargetFeatureExtractor(
-        config.model.target, config.model.target_layer_ids, device=device
-    )
+    if done < total_shards:
+        device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        # The dtype training uses for in-process features, so both give the same batches.
+        extractor = TargetFeatureExtractor(
+            config.model.target,
+            list(config.model.target_layer_ids),
+            dtype=target_dtype(device),
+            device=device,
+        )
     pad_to = pad_policy_from_config(config)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(dataset), initial=done * shard_size, desc="features", unit="sample")
+        initial = min(len(dataset), done * shard_size)
+        bar = tqdm(total=len(dataset), initial=initial, desc="features", unit="sample")
     for shard in range(done, total_shards):
         rows = dataset.select(
             range(shard * shard_size, min(len(dataset), (shard + 1) * shard_size))
@@ -138,7 +155,8 @@ def _features_of(
             ids[i, : lengths[i]] = torch.tensor(row["input_ids"])
             mask[i, : lengths[i]] = 1
         with torch.no_grad():
-            hidden, last = extractor(ids.to(extractor.device), mask.to(extractor.device))
+            device = extractor.model.device
+            hidden, last = extractor(ids.to(device), mask.to(device))
         for i, row in enumerate(batch_rows):
             n = lengths[i]
             sample = {

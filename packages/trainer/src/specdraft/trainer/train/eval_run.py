@@ -60,6 +60,10 @@ def make_eval_records(
     from ..data import build_dataset
     from ..models import TargetFeatureExtractor
 
+    if config.data.format != "sharegpt":
+        # data.eval_paths are always conversations, whatever data.format says of train_paths.
+        data = config.data.model_copy(update={"format": "sharegpt"})
+        config = config.model_copy(update={"data": data})
     dataset, report = build_dataset(config, split="eval", progress=progress)
     if extractor is None:
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
