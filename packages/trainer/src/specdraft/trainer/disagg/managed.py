@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -43,8 +44,22 @@ class ManagedRunFailed(RuntimeError):
     """A service or the trainers failed; the message says which and shows the log tail."""
 
 
+def cpu_thread_env(processes: int) -> dict[str, str]:
+    """OMP_NUM_THREADS that shares this machine's cores among `processes` compute processes.
+
+    torch gives every process as many intra-op threads as there are cores; trainer ranks and
+    capture servers on one machine then oversubscribe it, and OpenMP's spinning barriers make
+    each forward many times slower (measured: a capture 10-50x slower on 2 cores). A value the
+    user set wins; the empty dict leaves it alone.
+    """
+    if "OMP_NUM_THREADS" in os.environ:
+        return {}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"OMP_NUM_THREADS": str(max(1, (cores or 1) // max(1, processes)))}
+
+
 def capture_service(
-    config_path: str, overrides: Sequence[str], index: int
+    config_path: str, overrides: Sequence[str], index: int, *, env: dict[str, str] | None = None
 ) -> tuple[ServiceSpec, str]:
     """The embedded capture server `index` as a supervised service, and its URL."""
     port = free_port()
@@ -60,7 +75,7 @@ def capture_service(
     ]
     for item in overrides:
         argv += ["--set", item]
-    return ServiceSpec(name=f"capture{index}", argv=argv, health=http_health(url)), url
+    return ServiceSpec(name=f"capture{index}", argv=argv, health=http_health(url), env=env), url
 
 
 def mooncake_service(config: Config) -> ServiceSpec:
@@ -122,8 +137,10 @@ def run_managed(
         if dis.store == "mooncake" and dis.mooncake.manage_master:
             supervisor.start(mooncake_service(config))
         urls = list(dis.capture_urls)
+        embedded = 0 if urls or dis.capture != "embedded" else dis.num_capture_servers
+        threads = cpu_thread_env(plan.nproc_per_node + embedded)
         if not urls:
-            urls = start_capture_servers(supervisor, config, config_path, overrides)
+            urls = start_capture_servers(supervisor, config, config_path, overrides, env=threads)
         supervisor.start(
             producer_service(
                 config_path,
@@ -134,15 +151,17 @@ def run_managed(
             )
         )
         log.info(
-            "services up (%s); starting %d trainer rank(s)",
+            "services up (%s); starting %d trainer rank(s) (OMP_NUM_THREADS=%s)",
             ", ".join(s.spec.name for s in supervisor.services),
             plan.world_size,
+            {**os.environ, **threads}.get("OMP_NUM_THREADS", "torch's default"),
         )
         # Their stdout carries only their own summary, which this function returns for the
         # caller to print: dropped, so the summary is printed once. Logs go to stderr.
         trainers = subprocess.Popen(
             trainer_command(config_path, overrides, resume, plan, progress),
             stdout=subprocess.DEVNULL,
+            env={**os.environ, **threads},
         )
         while trainers.poll() is None:
             supervisor.check()  # restarts the producer; raises ServiceDied for the others
@@ -188,16 +207,23 @@ def _stop_on_sigterm() -> Any:
 
 
 def start_capture_servers(
-    supervisor: Supervisor, config: Config, config_path: str, overrides: Sequence[str]
+    supervisor: Supervisor,
+    config: Config,
+    config_path: str,
+    overrides: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
 ) -> list[str]:
-    """Start num_capture_servers capture servers (embedded or SGLang); return their URLs."""
+    """Start num_capture_servers capture servers (embedded or SGLang); return their URLs.
+
+    `env` goes to the embedded ones (their CPU thread share)."""
     dis = config.deployment.disaggregated
     urls = []
     for index in range(dis.num_capture_servers):
         if dis.capture == "sglang":
             spec, url = sglang_service(config, index)
         else:
-            spec, url = capture_service(config_path, overrides, index)
+            spec, url = capture_service(config_path, overrides, index, env=env)
         supervisor.start(spec)
         urls.append(url)
     return urls
