@@ -53,8 +53,8 @@ PRESETS: dict[str, Preset] = {
         num_draft_layers=5,
         micro_batch_size=2,
         grad_accum_steps=4,
-        steps=12,
-        steady=8,
+        steps=10,
+        steady=6,
         dtype="bfloat16",
         description="Qwen3-8B-shaped target (random frozen embedding and LM head, synthetic "
         "features), 5-layer draft, max_length 8192",

@@ -201,6 +201,13 @@ def failure_reason(log_path: Path) -> str:
     return lines[-1] if lines else "no output"
 
 
+def log_tail(path: Path, log: Callable[[str], None], lines: int = 30) -> None:
+    """Pass the end of a failed run's log on (its folder may not come back from a GPU box)."""
+    if path.is_file():
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+        log("  log tail:\n    " + "\n    ".join(tail))
+
+
 def execute(settings: BenchSettings, run: PlannedRun, *, timeout_s: float | None) -> RunResult:
     """Run one planned run in a fresh process and read back its row."""
     result = run.empty_result(settings.ranks)
@@ -261,9 +268,14 @@ def run_all(
     *,
     on_result: Callable[[RunResult], None],
     log: Callable[[str], None],
+    started: float | None = None,
 ) -> list[RunResult]:
-    """Execute every planned run in order, within the time budget; report each row as it lands."""
-    started = time.perf_counter()
+    """Execute every planned run in order, within the time budget; report each row as it lands.
+
+    The budget counts from `started` (a `time.perf_counter()` value; default: now), so the
+    harness's own set-up, such as writing a stand-in target, is inside it.
+    """
+    started = time.perf_counter() if started is None else started
     results = []
     for run in plan_runs(settings):
         reason = unsupported_reason(settings, run.workload)
@@ -283,6 +295,8 @@ def run_all(
                 f"  {result.status} in {result.wall_s:.0f} s"
                 + (f": {result.reason}" if result.reason else "")
             )
+            if result.status == "failed":
+                log_tail(run.run_dir / "log.txt", log)
         results.append(result)
         on_result(result)
     return results
