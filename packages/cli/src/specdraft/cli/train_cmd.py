@@ -126,3 +126,23 @@ def train(
         raise click.ClickException(str(exc)) from None
     if summary:
         click.echo(json.dumps(summary, indent=2))
+        for line in summary_lines(summary):
+            click.echo(line)
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """The run's outcome in words: loss first -> last, and tau before -> after training."""
+    lines = []
+    first, last = summary.get("first_loss"), summary.get("last_loss")
+    if first is not None and last is not None:
+        lines.append(f"loss: {first:.3f} -> {last:.3f} over {summary.get('final_step')} steps")
+    evals = summary.get("evals") or []
+    if len(evals) >= 2:
+        before, after = evals[0], evals[-1]
+        lines.append(
+            f"tau before -> after training: {before['tau']:.2f} -> {after['tau']:.2f} "
+            f"(tokens per verification step; step {before.get('step')} -> {after.get('step')})"
+        )
+    elif evals:
+        lines.append(f"tau: {evals[-1]['tau']:.2f} at step {evals[-1].get('step')}")
+    return lines
