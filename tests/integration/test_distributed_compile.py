@@ -29,14 +29,17 @@ def data(tmp_path_factory):
 
 
 @pytest.mark.distributed
-def test_three_buckets_compile_the_planned_graphs_before_step_one(tmp_path, data):
+@pytest.mark.parametrize("backend", ["fsdp1", "fsdp2"])
+def test_three_buckets_compile_the_planned_graphs_before_step_one(tmp_path, data, backend):
     config = write_config(tmp_path, data, eval_samples=2, **COMPILED)
     plan = compile_plan(load_config(config))
     # Per shape: the first block's input without grad, the second's with grad, and the no-grad
     # evaluation forward; all blocks share one code object.
     assert (plan.num_shapes, plan.graphs_per_shape) == (3, 3)
 
-    (run,) = run_probe(2, config, [["training.backend=fsdp2"]])
+    # FSDP1 once failed here: tracing the next shape after a warm-up backward left sharded
+    # gradients on the flat parameter its blocks' parameters are views of.
+    (run,) = run_probe(2, config, [[f"training.backend={backend}"]])
 
     assert "error" not in run, run
     assert run["compile_graphs"] == plan.graphs_per_block

@@ -208,11 +208,15 @@ class Trainer:
             for batch in batches:
                 out = self.model(batch, head=self.head, spec=spec)
                 out.numerator.backward()
+                # Drop the gradients before the next graph is traced: under FSDP1 the blocks'
+                # parameters are views of the flat parameter, whose gradient is sharded after
+                # backward, and Dynamo cannot fake a view whose base has a gradient of another
+                # size (training never traces with a sharded gradient: steps end with zero_grad).
+                self.optimizer.zero_grad(set_to_none=True)
                 if self.evaluate is not None:
                     with torch.no_grad():
                         predict = prediction_batch(batch, spec.num_anchors)
                         self.model(predict, head=self.head, spec=spec)
-        self.optimizer.zero_grad(set_to_none=True)
         self.graphs_after_warmup = compiled_graph_count()
         if self.ctx.is_main:
             log.info(
