@@ -145,7 +145,8 @@ def train(
         f"specdraft train failed ({done.returncode}):\n{done.stderr[-6000:]}\n"
         f"{service_logs(run_dir)}"
     )
-    summary = json.loads(done.stdout[done.stdout.index("{") :])
+    # Rank 0 writes the summary the command prints.
+    summary = json.loads((run_dir / "summary.json").read_text())
     return Run(run_dir, summary, read_steps(run_dir), done.stderr)
 
 

@@ -132,10 +132,17 @@ def build_capture_server(
     dtype: str | None = None,
     device: str = "cpu",
 ) -> CaptureServer:
-    """The embedded capture server a config describes (target, layers, DSpark, max_length)."""
+    """The embedded capture server a config describes (target, layers, DSpark, max_length).
+
+    The target runs in `dtype` if given, else as the local path runs it (bf16 on CUDA, fp32 on
+    the CPU: the rule of `train.assembly.target_dtype`, not imported to keep this process light),
+    so online features equal the in-process ones; model.dtype is the draft's dtype.
+    """
     model = cfg.model
+    if dtype is None:
+        dtype = "bfloat16" if str(device).startswith("cuda") else "float32"
     target = load_capture_target(
-        Path(model.target), model.target_layer_ids, dtype=dtype or model.dtype, device=device
+        Path(model.target), model.target_layer_ids, dtype=dtype, device=device
     )
     spec = capture_spec(model.target_layer_ids, target.hidden_size, algorithm=model.algorithm)
     return CaptureServer(target, store, spec, max_length=cfg.data.max_length, host=host, port=port)
