@@ -227,6 +227,10 @@ def execute(settings: BenchSettings, run: PlannedRun, *, timeout_s: float | None
         except subprocess.TimeoutExpired:
             _stop(proc)
             code = None
+        except KeyboardInterrupt:
+            # The run has its own session, so Ctrl-C does not reach it: stop it here.
+            _stop(proc)
+            raise
     result.wall_s = time.perf_counter() - start
     if code is None:
         result.status = "timeout"
