@@ -100,7 +100,9 @@ def test_a_smaller_quickstart_trains_and_raises_tau(tiny_target_path, tmp_path):
         *("--set", f'data.train_paths=["{data / "train.jsonl"}"]'),
         *("--set", f'data.eval_paths=["{data / "eval.jsonl"}"]'),
         *("--set", "data.max_eval_samples=8"),
-        *("--set", "training.num_epochs=3"),
+        # Fewer conversations: more passes at a higher rate, so that tau still clearly rises.
+        *("--set", "training.num_epochs=5"),
+        *("--set", "training.learning_rate=6e-3"),
     ]
     done = specdraft("train", str(CONFIG), *overrides, "--no-progress", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -109,7 +111,7 @@ def test_a_smaller_quickstart_trains_and_raises_tau(tiny_target_path, tmp_path):
     assert summary["last_loss"] < 0.8 * summary["first_loss"]
     before, after = summary["evals"][0], summary["evals"][-1]
     assert before["step"] == 0 and after["step"] == summary["final_step"]
-    assert after["tau"] > before["tau"] + 0.3
+    assert after["tau"] > before["tau"] + 0.5
     line = re.search(r"tau before -> after training: ([\d.]+) -> ([\d.]+)", done.stdout)
     assert line is not None, done.stdout[-2000:]
     assert float(line.group(1)) == pytest.approx(before["tau"], abs=0.005)
