@@ -72,6 +72,7 @@ def test_an_interrupted_prepare_resumes_to_the_same_shards(run_config, tmp_path,
         ({"model": {"target_layer_ids": [0, 1]}}, "target_layer_ids (model.target_layer_ids)"),
         ({"data": {"max_length": 256}}, "max_length (data.max_length)"),
         ({"data": {"chat_template": "qwen"}}, "chat_template (data.chat_template)"),
+        ({"model": {"algorithm": "dspark"}}, "with_last_hidden (model.algorithm"),
     ],
 )
 def test_training_refuses_shards_of_another_config_naming_the_field(
@@ -107,11 +108,17 @@ def test_cli_writes_to_the_run_folder_by_default(run_config, tmp_path):
     assert "reads the conversations of a 'sharegpt' config" in done.output
 
 
-def test_training_from_shards_starts_with_the_in_process_loss(run_config, tmp_path):
+@pytest.mark.parametrize("algorithm", ["dflash2", "dspark"])
+def test_training_from_shards_starts_with_the_in_process_loss(run_config, tmp_path, algorithm):
     from specdraft.trainer.train.assembly import build_trainer
 
-    sections = {"training": {"max_steps": 2, "micro_batch_size": 2, "grad_accum_steps": 2}}
+    sections = {
+        "model": {"algorithm": algorithm},
+        "training": {"max_steps": 2, "micro_batch_size": 2, "grad_accum_steps": 2},
+    }
+    # Evaluation once (it is the same code for both algorithms).
     evaluation = {"eval_paths": ["pkg:sharegpt"], "max_eval_samples": 2}
+    evaluation = evaluation if algorithm == "dflash2" else {}
     in_process = run_config(output_dir=str(tmp_path / "a"), data=evaluation, **sections)
     prepare_features(in_process, tmp_path / "features", shard_size=4, progress=False)
     offline = run_config(
@@ -131,5 +138,6 @@ def test_training_from_shards_starts_with_the_in_process_loss(run_config, tmp_pa
     # float rounding (one target forward per training micro-batch vs per prepare batch).
     assert len(losses[0]) == len(losses[1]) == 2
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
-    # Offline features train; evaluation still reads the held-out conversations.
-    assert len(taus[1]) == 2 and taus[1][0] == taus[0][0]
+    if evaluation:
+        # Offline features train; evaluation still reads the held-out conversations.
+        assert len(taus[1]) == 2 and taus[1][0] == taus[0][0]
