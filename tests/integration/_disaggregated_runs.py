@@ -49,6 +49,8 @@ SMALL = (
 COUNTERS = (
     "perf/train_compute_ms",
     "perf/data_wait_ms",
+    "perf/window_wait_ms",
+    "perf/store_read_ms",
     "perf/samples_per_s",
     "producer/inflight",
     "producer/backpressure_ms",

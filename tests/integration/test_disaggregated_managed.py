@@ -109,6 +109,9 @@ def test_the_runtime_counters_are_logged_every_step(online):
         missing = [name for name in COUNTERS if name not in row]
         assert not missing, f"step {row['step']} lacks {missing}"
         assert row["perf/train_compute_ms"] > 0 and row["perf/data_wait_ms"] >= 0
+        # The data wait is the wait for the producer plus the read from the store.
+        parts = row["perf/window_wait_ms"] + row["perf/store_read_ms"]
+        assert parts <= row["perf/data_wait_ms"] + 1e-3
         assert row["perf/samples_per_s"] > 0
         assert 0 <= row["producer/inflight"] <= MAX_INFLIGHT
         assert row["producer/max_outstanding"] <= row["producer/high_watermark"]

@@ -4,8 +4,9 @@ Calls used (mooncake-transfer-engine 0.3.13, `help(MooncakeDistributedStore)`):
 `setup(local_hostname, metadata_server, global_segment_size, local_buffer_size, protocol,
 rdma_devices, master_server_addr)`, `upsert(key, buffer, ReplicateConfig)`, `upsert_from(key,
 ptr, size, ReplicateConfig)`, `get(key)`, `get_size(key)`, `get_into(key, ptr, size)`,
-`register_buffer` / `unregister_buffer`, `is_exist(key)`, `remove(key, force)`,
-`health_check()`, `close()`; `ReplicateConfig.with_hard_pin` keeps objects from eviction.
+`batch_get_into(keys, ptrs, sizes)`, `register_buffer` / `unregister_buffer`, `is_exist(key)`,
+`remove(key, force)`, `health_check()`, `close()`; `ReplicateConfig.with_hard_pin` keeps objects
+from eviction.
 
 Semantics that shaped this file (measured on loopback):
 - `put` on an existing key answers 0 but keeps the OLD bytes, so writes use `upsert`, which
@@ -19,8 +20,10 @@ Semantics that shaped this file (measured on loopback):
 
 from __future__ import annotations
 
+import itertools
 import os
 import urllib.request
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -153,6 +156,32 @@ class MooncakeFeatureStore:
         if rc != size:
             raise StoreError(f"Mooncake get of {key!r} returned {rc}, expected {size} bytes")
         return buffer
+
+    def get_many(self, keys: Sequence[str], sizes: Sequence[int]) -> list[memoryview]:
+        """Objects of known sizes in one batched transfer into one registered buffer.
+
+        Returns a writable view per key; StoreKeyMissing if any object is gone.
+        """
+        if not keys:
+            return []
+        offsets = list(itertools.accumulate(sizes, initial=0))
+        buffer = bytearray(offsets[-1])
+        array, address = _address_of(buffer)
+        self._registered(address, len(buffer))
+        try:
+            codes = self._store.batch_get_into(
+                list(keys), [address + o for o in offsets[:-1]], list(sizes)
+            )
+        finally:
+            self._store.unregister_buffer(address)
+            del array
+        for key, size, rc in zip(keys, sizes, codes, strict=True):
+            if rc == OBJECT_NOT_FOUND:
+                raise StoreKeyMissing(f"no object {key!r} in Mooncake at {self.cfg.master_address}")
+            if rc != size:
+                raise StoreError(f"Mooncake batched get of {key!r} returned {rc}, not {size} bytes")
+        view = memoryview(buffer)
+        return [view[lo:hi] for lo, hi in itertools.pairwise(offsets)]
 
     def remove(self, key: str, *, force: bool = True) -> None:
         """Remove the object; `force` skips lease checks (a reader's lease would block it)."""

@@ -373,12 +373,17 @@ def tensor_bytes(tensor: torch.Tensor) -> memoryview:
     return memoryview(flat.view(torch.uint8).numpy())
 
 
-def tensor_from_bytes(data: bytes | bytearray | memoryview, meta: TensorMeta) -> torch.Tensor:
-    """Rebuild one tensor from its bytes and its reply metadata (checks the byte count)."""
+def tensor_nbytes(meta: TensorMeta) -> int:
+    """Bytes of the object a tensor's metadata describes."""
     if meta.dtype not in DTYPES:
         raise ProtocolError(f"{meta.key}: unknown dtype {meta.dtype!r}")
-    dtype = DTYPES[meta.dtype]
-    expected = math.prod(meta.shape) * torch.empty((), dtype=dtype).element_size()
+    return math.prod(meta.shape) * torch.empty((), dtype=DTYPES[meta.dtype]).element_size()
+
+
+def tensor_from_bytes(data: bytes | bytearray | memoryview, meta: TensorMeta) -> torch.Tensor:
+    """Rebuild one tensor from its bytes and its reply metadata (checks the byte count)."""
+    dtype = DTYPES.get(meta.dtype)
+    expected = tensor_nbytes(meta)
     if len(data) != expected:
         raise StoreError(
             f"{meta.key}: holds {len(data)} bytes, but shape {list(meta.shape)} of {meta.dtype} "
@@ -386,8 +391,10 @@ def tensor_from_bytes(data: bytes | bytearray | memoryview, meta: TensorMeta) ->
         )
     if expected == 0:
         return torch.empty(meta.shape, dtype=dtype)
-    # torch must not alias an immutable object: copy bytes, wrap a bytearray as it is.
-    owned = data if isinstance(data, bytearray) else bytearray(data)
+    # torch must not alias an immutable object: copy bytes, wrap a bytearray (or a writable
+    # view of one, as a batched read returns) as it is.
+    writable = isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly)
+    owned = data if writable else bytearray(data)
     raw = torch.frombuffer(owned, dtype=torch.uint8)
     return raw.view(dtype).reshape(meta.shape)
 

@@ -8,6 +8,7 @@ window`, the same number the producer's ledger and controller use.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -39,6 +40,9 @@ class WindowBatchSource:
         self.total_steps = int(plan["total_steps"])
         # Checkpoints record it, so a resumed trainer refuses a producer with another plan.
         self.fingerprint = str(plan.get("data", ""))
+        # The two parts of the last window's data wait: waiting for the producer to publish it,
+        # and reading and collating its tensors (tells a slow capture from a slow store).
+        self.last_wait_ms: dict[str, float] = {}
 
     def micro_batches_per_epoch(self) -> int:
         """Micro-batches per rank per epoch, from the producer's plan."""
@@ -58,8 +62,15 @@ class WindowBatchSource:
             step = self.step_of(epoch, window)
             if step >= self.total_steps:
                 return
-            micro = fetch_micro_batches(self.store, self.client.next_window(step))
-            yield [self.batch(rows) for rows in micro]
+            started = time.perf_counter()
+            refs = self.client.next_window(step)
+            published = time.perf_counter()
+            batches = [self.batch(rows) for rows in fetch_micro_batches(self.store, refs)]
+            self.last_wait_ms = {
+                "perf/window_wait_ms": 1e3 * (published - started),
+                "perf/store_read_ms": 1e3 * (time.perf_counter() - published),
+            }
+            yield batches
 
     def acknowledge(self, epoch: int, window: int) -> None:
         """The window is trained: the producer may free its features."""
@@ -70,8 +81,8 @@ class WindowBatchSource:
         return self.client.resume(self.step_of(epoch, window), incarnation=incarnation)
 
     def stats(self) -> dict[str, float]:
-        """The producer's counters, for the metrics log."""
-        return self.client.stats()
+        """The producer's counters and this rank's split of its last data wait, for the log."""
+        return {**self.client.stats(), **self.last_wait_ms}
 
     def batch(self, rows: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, Any]:
         """Collate one micro-batch of sample rows (a zero-weight dummy for an empty one)."""
