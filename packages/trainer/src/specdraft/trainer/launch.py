@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .runtime.distributed import free_port
+from .runtime.distributed import cpu_thread_env, free_port
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,8 @@ def launch(plan: LaunchPlan, entrypoint: Callable[..., Any], *args: Any) -> Any:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    # Ranks on one CPU machine must share its cores (the children inherit the environment).
+    os.environ.update(cpu_thread_env(plan.nproc_per_node))
     # The agent logs every child's traceback at ERROR; we print the first failure ourselves.
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
 

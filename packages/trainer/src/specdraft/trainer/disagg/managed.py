@@ -26,7 +26,7 @@ from typing import Any
 from specdraft.config import Config, load_config
 
 from ..launch import LaunchPlan, RankFailed
-from ..runtime.distributed import free_port
+from ..runtime.distributed import cpu_thread_env, free_port
 from .http_json import HttpFailure, call_json
 from .supervisor import (
     ServiceDied,
@@ -42,20 +42,6 @@ log = logging.getLogger(__name__)
 
 class ManagedRunFailed(RuntimeError):
     """A service or the trainers failed; the message says which and shows the log tail."""
-
-
-def cpu_thread_env(processes: int) -> dict[str, str]:
-    """OMP_NUM_THREADS that shares this machine's cores among `processes` compute processes.
-
-    torch gives every process as many intra-op threads as there are cores; trainer ranks and
-    capture servers on one machine then oversubscribe it, and OpenMP's spinning barriers make
-    each forward many times slower (measured: a capture 10-50x slower on 2 cores). A value the
-    user set wins; the empty dict leaves it alone.
-    """
-    if "OMP_NUM_THREADS" in os.environ:
-        return {}
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"OMP_NUM_THREADS": str(max(1, (cores or 1) // max(1, processes)))}
 
 
 def capture_service(

@@ -80,3 +80,17 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor
+
+
+def cpu_thread_env(processes: int) -> dict[str, str]:
+    """OMP_NUM_THREADS that shares this machine's cores among `processes` compute processes.
+
+    torch gives every process as many intra-op threads as there are cores; trainer ranks and
+    capture servers on one machine then oversubscribe it, and OpenMP's spinning barriers make
+    each forward many times slower (measured: a capture 10-50x slower on 2 cores). A value the
+    user set wins; the empty dict leaves it alone.
+    """
+    if "OMP_NUM_THREADS" in os.environ:
+        return {}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"OMP_NUM_THREADS": str(max(1, (cores or 1) // max(1, processes)))}
