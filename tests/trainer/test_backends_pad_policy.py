@@ -8,6 +8,7 @@ test_disaggregated_managed.py that the window source pads like the local one.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
@@ -144,7 +145,8 @@ class RecordingTarget:
     widths: ClassVar[list[int]] = []
 
     def __init__(self, *args, **kwargs) -> None:
-        self.device = torch.device("cpu")
+        # The real extractor's target model, as far as prepare-features looks at it.
+        self.model = SimpleNamespace(device=torch.device("cpu"))
         RecordingTarget.widths = []
 
     def __call__(self, ids, mask):
