@@ -76,7 +76,7 @@ class CompilePlan:
             )
         return (
             f"compile_blocks on, dynamic=False: {self.num_shapes} static shape(s) x "
-            f"{self.graphs_per_shape} graphs = {self.graphs_per_block} graphs per block; "
+            f"{self.graphs_per_shape} graphs = {self.graphs_per_block} graphs per block class; "
             f"Dynamo recompile_limit = {self.recompile_limit}, accumulated_recompile_limit = "
             f"{self.accumulated_recompile_limit}"
         )
@@ -107,8 +107,8 @@ def compile_plan_from(
     # The limit is counted per code object, so all blocks of one class share it: the count per
     # block is the count per code object.
     limit = per_block + RECOMPILE_SLACK
-    # The accumulated limit bounds all recompiles of all frames together; every block frame plus
-    # helper frames may each hold `limit` entries.
+    # torch 2.13's accumulated limit caps the cache entries of one code object across all its
+    # recompile reasons; keep it well above the per-frame limit (never below Dynamo's default).
     accumulated = max(256, limit * (num_blocks + 2))
     return CompilePlan(True, False, num_shapes, per_shape, per_block, limit, accumulated)
 

@@ -48,22 +48,21 @@ def init_distributed(timeout_s: float = 1800.0) -> DistContext:
     path with one rank as with many.
     """
     if not dist.is_initialized():
-        if "RANK" not in os.environ:
-            os.environ.update(
-                RANK="0",
-                WORLD_SIZE="1",
-                LOCAL_RANK="0",
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(free_port()),
-            )
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         device = pick_device(local_rank)
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(
-            backend=backend,
-            timeout=dt.timedelta(seconds=timeout_s),
-            device_id=device if device.type == "cuda" else None,
-        )
+        options = {
+            "backend": "nccl" if device.type == "cuda" else "gloo",
+            "timeout": dt.timedelta(seconds=timeout_s),
+            "device_id": device if device.type == "cuda" else None,
+        }
+        if "RANK" in os.environ:
+            dist.init_process_group(**options)  # env:// from torchrun or our launcher
+        else:
+            # A lone process: an explicit one-rank group, leaving the environment untouched so
+            # a later launch in this process does not mistake itself for a torchrun rank.
+            dist.init_process_group(
+                init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1, **options
+            )
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = pick_device(local_rank)
     return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, device)
