@@ -67,6 +67,20 @@ def write_config(path: Path, data: Mapping[str, Any]) -> Path:
 
 
 @contextmanager
+def single_thread() -> Iterator[None]:
+    """One intra-op thread while a tiny model runs: its matmuls are too small to split, and
+    threads spinning on two shared cores make it several times slower."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@contextmanager
 def one_rank() -> Iterator[Any]:
     """A one-rank gloo group in this process (FSDP needs one), undone afterwards."""
     from specdraft.trainer.runtime import init_distributed, shutdown_distributed

@@ -7,13 +7,20 @@ from __future__ import annotations
 import json
 
 import pytest
-from _train_support import one_rank, tiny_run, write_config
+from _train_support import one_rank, single_thread, tiny_run, write_config
 from click.testing import CliRunner
 
 from specdraft.config import validate_config
 from specdraft.trainer.features import prepare as prepare_module
 from specdraft.trainer.features.prepare import expected_feature_meta, prepare_features
 from specdraft.trainer.features.shards import FeatureMismatch, FeatureShardDataset
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with single_thread():
+        yield
+
 
 SAMPLES = 6
 

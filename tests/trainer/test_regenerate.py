@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from _train_support import single_thread
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,13 @@ from specdraft.trainer.regenerate import (
     regenerate_chunk,
 )
 from specdraft.trainer.regenerate_output import OutputMismatch, RegeneratedFile
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with single_thread():
+        yield
+
 
 MAX_LENGTH = 160
 NEW_TOKENS = 20

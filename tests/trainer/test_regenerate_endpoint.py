@@ -8,10 +8,18 @@ import threading
 
 import pytest
 import torch
+from _train_support import single_thread
 from click.testing import CliRunner
 
 from specdraft.cli.main import cli
 from specdraft.trainer.disagg.http_json import JsonServer
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with single_thread():
+        yield
+
 
 CHATS = [
     {

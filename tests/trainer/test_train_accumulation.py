@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _train_support import one_rank, tiny_run
+from _train_support import one_rank, single_thread, tiny_run
 
 from specdraft.config import validate_config
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with single_thread():
+        yield
 
 
 def full(tensor: torch.Tensor) -> torch.Tensor:

@@ -7,12 +7,18 @@ import json
 
 import pytest
 import torch
-from _train_support import one_rank, tiny_run
+from _train_support import one_rank, single_thread, tiny_run
 from click.testing import CliRunner
 from safetensors import safe_open
 
 from specdraft.cli.main import cli
 from specdraft.config import validate_config
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with single_thread():
+        yield
 
 
 def outputs(model, batch, head, spec):

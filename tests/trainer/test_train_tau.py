@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _train_support import single_thread
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,13 @@ from specdraft.trainer.train.evaluation import (
     evaluate_acceptance,
     simulate_acceptance,
 )
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with single_thread():
+        yield
+
 
 CPU = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
