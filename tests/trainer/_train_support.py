@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-# torch.distributed's environment: init_distributed sets it for a lone process, and a later
-# `specdraft train` subprocess that inherited it would try to join that dead group.
+# torch.distributed's environment: a `specdraft train` subprocess that inherited it would try to
+# join a group that no longer exists, so tests never leave it behind or pass it on.
 DIST_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
