@@ -9,7 +9,6 @@ import torch
 from specdraft.trainer.disagg.fetch import SampleMissing, fetch_micro_batches
 from specdraft.trainer.disagg.local_store import LocalFeatureStore
 from specdraft.trainer.disagg.protocol import CaptureRequest, capture_spec, tensors_to_store
-from specdraft.trainer.disagg.refs import SampleRef
 
 
 class BatchedStore(LocalFeatureStore):
@@ -41,7 +40,7 @@ def _window(store, lengths_per_micro):
                 "hidden_states": torch.randn(length, 16, generator=generator),
                 "target_last_hidden_states": torch.randn(length, 8, generator=generator),
             }
-            micro.append(SampleRef.from_reply(tensors_to_store(store, request, spec, tensors)))
+            micro.append(tensors_to_store(store, request, spec, tensors))
             sid += 1
         window.append(micro)
     return window

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .capture_target import CaptureTarget, load_capture_target
-from .http_json import JsonServer
+from .http_json import JsonServer, JsonService
 from .protocol import (
     CaptureSpec,
     ProtocolError,
@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from specdraft.config import Config
 
 
-class CaptureServer:
-    """Serves captures of `target` into `store`; `start()` runs it on a background thread."""
+class CaptureServer(JsonService):
+    """Serves captures of `target` into `store` (which its owner closes); `start()` runs it on a
+    background thread."""
 
     def __init__(
         self,
@@ -58,30 +59,6 @@ class CaptureServer:
             port=port,
             name="capture-server",
         )
-
-    @property
-    def url(self) -> str:
-        """Base URL clients talk to."""
-        return self._http.url
-
-    def start(self) -> CaptureServer:
-        """Serve on a daemon thread; returns self."""
-        self._http.start()
-        return self
-
-    def serve_forever(self) -> None:
-        """Serve on the calling thread (the `serve-capture` command)."""
-        self._http.serve_forever()
-
-    def stop(self) -> None:
-        """Stop serving; the store stays open (its owner closes it)."""
-        self._http.stop()
-
-    def __enter__(self) -> CaptureServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _health(self, _body: Any) -> tuple[int, Any]:
         return 200, {

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .http_json import JsonServer
+from .http_json import JsonServer, JsonService
 from .producer import (
     Producer,
     ProducerError,
@@ -72,7 +72,7 @@ _STATUS = (
 )
 
 
-class WindowController:
+class WindowController(JsonService):
     """Serves a producer's windows over HTTP; `start()` runs it on a background thread."""
 
     def __init__(self, producer: Producer, *, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -90,26 +90,6 @@ class WindowController:
             port=port,
             name="window-controller",
         )
-
-    @property
-    def url(self) -> str:
-        """Base URL trainer ranks talk to."""
-        return self._http.url
-
-    def start(self) -> WindowController:
-        """Serve on a daemon thread; returns self."""
-        self._http.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving."""
-        self._http.stop()
-
-    def __enter__(self) -> WindowController:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _health(self, _body: Any) -> tuple[int, Any]:
         failure = self.producer.failure

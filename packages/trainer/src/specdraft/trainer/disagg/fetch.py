@@ -24,7 +24,7 @@ class SampleMissing(RuntimeError):
 def fetch_sample(store: FeatureStore, ref: SampleRef) -> dict[str, torch.Tensor]:
     """One sample row (internals.md): its tensors and a scalar `sample_id`."""
     try:
-        return read_sample(store, ref.to_reply())
+        return read_sample(store, ref)
     except StoreKeyMissing as exc:
         raise _missing(ref, exc) from None
 

@@ -120,6 +120,36 @@ class JsonServer:
         self.stop()
 
 
+class JsonService:
+    """Base of the services built on a JsonServer: the lifecycle, delegated to one server."""
+
+    _http: JsonServer
+
+    @property
+    def url(self) -> str:
+        """Base URL clients talk to."""
+        return self._http.url
+
+    def start(self) -> Any:
+        """Serve on a daemon thread; returns self."""
+        self._http.start()
+        return self
+
+    def serve_forever(self) -> None:
+        """Serve on the calling thread until `stop`."""
+        self._http.serve_forever()
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self._http.stop()
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 class HttpFailure(Exception):
     """An HTTP exchange that failed: `kind` is 'unavailable', 'timeout' or 'status'."""
 

@@ -32,7 +32,7 @@ from .backpressure import Backpressure, resolve_high_watermark
 from .capture_pool import CapturePool
 from .ledger import LEDGER_NAME, Ledger, LedgerError, StepState, read_ledger, replay
 from .prompts import Prompt, count_reasons
-from .protocol import CaptureRequest
+from .protocol import CaptureRequest, reply_to_json
 from .refs import SampleRef, WindowRefs, window_from_json
 from .store import FeatureStore, sample_key
 from .windows import RunPlan
@@ -490,7 +490,7 @@ class Producer:
             self._fail(exc)
 
     def _checked_ref(self, reply: Any, request: CaptureRequest) -> SampleRef:
-        ref = SampleRef.from_reply(reply)
+        ref: SampleRef = reply
         if (ref.run, ref.sample_id, ref.attempt) != (
             request.run,
             request.sample_id,
@@ -521,7 +521,7 @@ class Producer:
                     **self._where(step),
                     sample_id=sid,
                     attempt=attempt,
-                    ref=ref.to_dict(),
+                    ref=reply_to_json(ref),
                     latency_ms=round(ms, 3),
                 )
                 self._latencies_ms.append(ms)

@@ -23,12 +23,12 @@ from typing import Any
 import torch
 
 from .capture_target import CaptureTarget, load_capture_target
-from .http_json import JsonServer
+from .http_json import JsonServer, JsonService
 
 STUB_VERSION = "specdraft-sglang-stub"
 
 
-class SGLangStub:
+class SGLangStub(JsonService):
     """The stub server around one target; `start()` serves on a background thread."""
 
     def __init__(
@@ -59,30 +59,6 @@ class SGLangStub:
             port=port,
             name="sglang-stub",
         )
-
-    @property
-    def url(self) -> str:
-        """Base URL."""
-        return self._http.url
-
-    def start(self) -> SGLangStub:
-        """Serve on a daemon thread; returns self."""
-        self._http.start()
-        return self
-
-    def serve_forever(self) -> None:
-        """Serve on the calling thread."""
-        self._http.serve_forever()
-
-    def stop(self) -> None:
-        """Stop serving."""
-        self._http.stop()
-
-    def __enter__(self) -> SGLangStub:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _model_info(self, _body: Any) -> tuple[int, Any]:
         return 200, {
