@@ -31,10 +31,16 @@ ALGORITHMS = ("dflash2", "dspark")
 # rows the reference's 8192 table compares come first, so a budget cut drops the least needed.
 DEFAULT_VARIANTS = {
     "cpu": "all",
+    "cpu-context": "all",
     "toy": "all",
     "gpu": "fsdp2,static-compile,buckets-compile,static,buckets,fsdp1",
 }
-DEFAULT_WORKLOADS = {"cpu": "all", "toy": "variable", "gpu": "long,variable"}
+DEFAULT_WORKLOADS = {
+    "cpu": "all",
+    "cpu-context": "long,variable",
+    "toy": "variable",
+    "gpu": "long,variable",
+}
 
 
 def parse_algorithms(text: str) -> tuple[str, ...]:

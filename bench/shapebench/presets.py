@@ -43,6 +43,25 @@ PRESETS: dict[str, Preset] = {
         dtype="float32",
         description="tiny Qwen3 target (hidden 128, vocab 4096), 2-layer draft, max_length 1024",
     ),
+    # The context-heavy counterpart of `cpu`: few anchors (8 blocks of 16 = 128 draft tokens per
+    # sample) against up to 2048 context positions, so the step is mostly context work and the
+    # padding a pad policy adds shows up in the step time instead of hiding behind the fixed
+    # per-anchor work (logits) that dominates `cpu`.
+    "cpu-context": Preset(
+        name="cpu-context",
+        target="tiny",
+        max_length=2048,
+        buckets=(512, 1024, 1536),
+        num_anchors=8,
+        block_size=16,
+        num_draft_layers=2,
+        micro_batch_size=2,
+        grad_accum_steps=2,
+        steps=20,
+        steady=16,
+        dtype="float32",
+        description="tiny Qwen3 target, 2-layer draft, max_length 2048, 8 anchors: context-heavy",
+    ),
     "gpu": Preset(
         name="gpu",
         target="qwen3-8b-shaped",
