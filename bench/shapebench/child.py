@@ -51,7 +51,7 @@ def build_bench_source(config: Any, ctx: Any, spec: dict[str, Any]) -> Any:
     """The run's batch source: the workload's rows, the run's pad policy and sampler."""
     from shapebench.source import BenchBatchSource, SyntheticFeatures
     from shapebench.workloads import is_synthetic, synthetic_rows, synthetic_samples
-    from specdraft.collate import MicroBatchSampler, pad_policy_from_config
+    from specdraft.collate import pad_policy_from_config, sampler_from_config
     from specdraft.trainer.backends import backend_options_from_config
     from specdraft.trainer.models import load_target_config
     from specdraft.trainer.train.assembly import batch_shape, load_run_data
@@ -93,19 +93,8 @@ def build_bench_source(config: Any, ctx: Any, spec: dict[str, Any]) -> Any:
             device=ctx.device,
             seed=spec["seed"],
         )
-    # The same sampler arguments as the run assembly, so batches are what training would see.
-    sampler = MicroBatchSampler(
-        lengths,
-        micro_batch_size=training.micro_batch_size,
-        grad_accum_steps=training.grad_accum_steps,
-        num_replicas=ctx.world_size,
-        rank=ctx.rank,
-        seed=training.seed,
-        length_grouped=config.data.length_grouped,
-        bucket_synchronized=config.data.bucket_synchronized,
-        pad_to=pad_to,
-        mega_batch_multiplier=config.data.mega_batch_multiplier,
-    )
+    # The run assembly's sampler, so batches are what training would see.
+    sampler = sampler_from_config(config, lengths, num_replicas=ctx.world_size, rank=ctx.rank)
     return BenchBatchSource(
         dataset,
         sampler,

@@ -197,3 +197,34 @@ def test_bad_sizes_are_rejected() -> None:
         MicroBatchSampler([1], micro_batch_size=1, grad_accum_steps=1, num_replicas=2, rank=2)
     with pytest.raises(ValueError, match="micro_batch_size = 0"):
         MicroBatchSampler([1], micro_batch_size=0, grad_accum_steps=1)
+
+
+def test_sampler_from_config_follows_the_run_config() -> None:
+    from pathlib import Path
+
+    from specdraft.collate import sampler_from_config
+    from specdraft.config import load_config
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "qwen3-8b-dflash2-2048.toml"
+    config = load_config(
+        example,
+        ("data.bucket_synchronized=true", "training.micro_batch_size=3", "training.seed=7"),
+    )
+    lengths = [(37 * i) % 2048 + 1 for i in range(200)]
+    samplers = [sampler_from_config(config, lengths, num_replicas=2, rank=r) for r in range(2)]
+    plans = [list(s) for s in samplers]
+    assert sorted(i for plan in plans for batch in plan for i in batch) == list(range(200))
+    assert max(len(batch) for plan in plans for batch in plan) == 3
+    assert len(plans[0]) % config.training.grad_accum_steps == 0
+    # Bucket-synchronised with the config's buckets: both ranks pad to one bucket per micro-step.
+    for a, b in zip(*plans, strict=True):
+        if a and b:
+            pad = [
+                resolve_static_length(max(lengths[i] for i in x), (512, 1024, 1536, 2048))
+                for x in (a, b)
+            ]
+            assert pad[0] == pad[1]
+    reseeded = load_config(
+        example, ("data.bucket_synchronized=true", "training.micro_batch_size=3")
+    )
+    assert list(sampler_from_config(reseeded, lengths, num_replicas=2, rank=0)) != plans[0]

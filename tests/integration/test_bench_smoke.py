@@ -222,3 +222,42 @@ def test_harness_trains_every_variant_at_toy_size(tmp_path):
             by_key[(algorithm, "buckets")]["positions_per_real_token"]
             <= (by_key[(algorithm, "static")]["positions_per_real_token"])
         )
+
+
+# ------------------------------------------------------------------ step-vs-length probe
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    fixed=st.floats(min_value=0.0, max_value=1e4),
+    slope=st.floats(min_value=0.0, max_value=10.0),
+    lengths=st.lists(st.integers(1, 8192), min_size=2, max_size=6, unique=True),
+)
+def test_probe_fit_recovers_a_line(fixed, slope, lengths):
+    from step_vs_length import fit_line
+
+    intercept, fitted = fit_line([(n, fixed + slope * n) for n in lengths])
+    assert fitted == pytest.approx(slope, rel=1e-6, abs=1e-9)
+    assert intercept == pytest.approx(fixed, rel=1e-6, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_probe_times_every_length_of_both_algorithms(tmp_path):
+    done = subprocess.run(
+        [
+            *(sys.executable, str(BENCH / "step_vs_length.py")),
+            *("--preset", "toy", "--rounds", "1", "--out", str(tmp_path)),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "probe.json").read_text())
+    assert results["real_length"] == 128  # the toy preset's smallest bucket
+    assert set(results["algorithms"]) == {"dflash2", "dspark"}
+    for row in results["algorithms"].values():
+        assert row["lengths"] == [128, 256]
+        assert all(row["median_ms"][str(n)] > 0 for n in row["lengths"])
+    assert (tmp_path / "probe.md").read_text() in done.stdout

@@ -10,7 +10,7 @@ from .lengths import (
     static_pad_length,
 )
 from .padding import DataCollatorWithPadding, pad_and_concatenate_features
-from .samplers import MicroBatchSampler
+from .samplers import MicroBatchSampler, sampler_from_config
 from .suggest import bucket_cost, grid_weights, optimal_buckets, suggest_buckets
 
 __version__ = "0.1.0"
@@ -31,6 +31,7 @@ __all__ = [
     "pad_policy_from_config",
     "plan_micro_batches",
     "resolve_static_length",
+    "sampler_from_config",
     "static_pad_length",
     "suggest_buckets",
 ]

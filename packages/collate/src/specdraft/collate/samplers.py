@@ -33,11 +33,14 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .lengths import PadTo, check_pad_to, resolve_static_length
+from .lengths import PadTo, check_pad_to, pad_policy_from_config, resolve_static_length
+
+if TYPE_CHECKING:
+    from specdraft.config import Config
 
 MicroBatch = list[int]
 
@@ -319,3 +322,22 @@ class MicroBatchSampler:
             raise ValueError(
                 f"saved position {self._position} is outside this epoch's {len(self)} micro-batches"
             )
+
+
+def sampler_from_config(
+    config: Config, lengths: Sequence[int], *, num_replicas: int, rank: int
+) -> MicroBatchSampler:
+    """The run's micro-batch sampler, built from its config (every loader must agree on it)."""
+    training, data = config.training, config.data
+    return MicroBatchSampler(
+        lengths,
+        micro_batch_size=training.micro_batch_size,
+        grad_accum_steps=training.grad_accum_steps,
+        num_replicas=num_replicas,
+        rank=rank,
+        seed=training.seed,
+        length_grouped=data.length_grouped,
+        bucket_synchronized=data.bucket_synchronized,
+        pad_to=pad_policy_from_config(config),
+        mega_batch_multiplier=data.mega_batch_multiplier,
+    )

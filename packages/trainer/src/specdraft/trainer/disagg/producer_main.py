@@ -74,21 +74,10 @@ def load_prompts(cfg: Config, prompts_path: str | Path | None) -> list[Prompt]:
 
 def sampler_planner(cfg: Config, lengths: Sequence[int]) -> EpochPlanner:
     """The trainers' micro-batch plan (same sampler, seed, buckets), as an epoch planner."""
-    from specdraft.collate import MicroBatchSampler, pad_policy_from_config
+    from specdraft.collate import sampler_from_config
 
-    t, d = cfg.training, cfg.data
-    sampler = MicroBatchSampler(
-        lengths,
-        micro_batch_size=t.micro_batch_size,
-        grad_accum_steps=t.grad_accum_steps,
-        num_replicas=cfg.deployment.world_size,
-        rank=0,
-        seed=t.seed,
-        length_grouped=d.length_grouped,
-        bucket_synchronized=d.bucket_synchronized,
-        pad_to=pad_policy_from_config(cfg),
-        mega_batch_multiplier=d.mega_batch_multiplier,
-    )
+    # Rank 0's sampler: every rank computes the same whole-epoch plan.
+    sampler = sampler_from_config(cfg, lengths, num_replicas=cfg.deployment.world_size, rank=0)
     return sampler.epoch_plan
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from specdraft.collate import MicroBatchSampler, pad_policy_from_config
+from specdraft.collate import pad_policy_from_config, sampler_from_config
 from specdraft.config import Config
 
 from ..backends import BackendOptions, backend_options_from_config, prepare
@@ -125,17 +125,8 @@ def build_trainer(
     data = None
     if source is None:
         data = load_run_data(config, ctx, progress=progress)
-        sampler = MicroBatchSampler(
-            data.lengths,
-            micro_batch_size=training.micro_batch_size,
-            grad_accum_steps=training.grad_accum_steps,
-            num_replicas=ctx.world_size,
-            rank=ctx.rank,
-            seed=training.seed,
-            length_grouped=config.data.length_grouped,
-            bucket_synchronized=config.data.bucket_synchronized,
-            pad_to=pad_to,
-            mega_batch_multiplier=config.data.mega_batch_multiplier,
+        sampler = sampler_from_config(
+            config, data.lengths, num_replicas=ctx.world_size, rank=ctx.rank
         )
         shape = batch_shape(config, target_config, options)
         source = LocalBatchSource(
