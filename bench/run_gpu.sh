@@ -3,8 +3,8 @@
 #
 #   bash bench/run_gpu.sh OUT_DIR [more bench/static_shapes.py options]
 #
-# Writes OUT_DIR/tables.md (the markdown tables, rewritten after every run), results.json and
-# bench.log. The GPU machine reaches no package registry: run `bash bench/gpu_wheels.sh` here
+# Writes OUT_DIR/tables.md (the markdown tables, rewritten after every run), results.json,
+# bench.log and, when time is left, OUT_DIR/probe/ (bench/step_vs_length.py at the gpu preset). The GPU machine reaches no package registry: run `bash bench/gpu_wheels.sh` here
 # first and carry the `.whl` folder it fills (pydantic and tomli for the config package). The
 # four packages are installed editable with no dependency resolution, against the machine's own
 # torch; where pip cannot build them (no hatchling there) they are put on PYTHONPATH instead.
@@ -67,3 +67,17 @@ export TORCHINDUCTOR_CACHE_DIR="$WORK/inductor-cache"
 export PYTHONUNBUFFERED=1
 "$PY" bench/static_shapes.py --preset gpu --out "$OUT" --work-dir "$WORK" \
     --time-budget "$BUDGET" "$@"
+
+# 5. With time left under the ten minutes, the in-process probe: how much of a step at these
+#    sizes grows with the padded length (the ceiling of what buckets can save, see
+#    docs/benchmarks.md). Same stand-in target; a cut probe loses nothing above.
+LEFT=$((570 - SECONDS))
+if ! "$PY" -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+    echo "== probe skipped: no CUDA device (the gpu preset's probe needs one)"
+elif [ "$LEFT" -ge 60 ]; then
+    echo "== probe: train compute against padded length (${LEFT} s left)"
+    timeout "$LEFT" "$PY" bench/step_vs_length.py --preset gpu --rounds 5 --work-dir "$WORK" \
+        --out "$OUT/probe" || echo "(the probe did not finish in ${LEFT} s)"
+else
+    echo "== probe skipped: ${LEFT} s left"
+fi

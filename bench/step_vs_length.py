@@ -10,7 +10,9 @@ the only part padding adds to — and so the most buckets can save there:
 
     saving(static -> buckets) = context share at max_length * share of positions removed
 
-Usage: python bench/step_vs_length.py [--preset cpu] [--rounds 9] [--out DIR]
+Usage: python bench/step_vs_length.py [--preset cpu|cpu-context|gpu] [--rounds 9] [--out DIR]
+(on the gpu preset, with the Qwen3-8B-shaped stand-in target, it needs a GPU: run_gpu.sh runs it
+after the tables when time is left).
 """
 
 from __future__ import annotations
@@ -51,6 +53,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=int, default=9, help="timed passes over the lengths")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="where the gpu preset's stand-in target is written (default: build/bench/<preset>)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write probe.md and probe.json")
     return parser.parse_args(argv)
 
@@ -113,13 +121,24 @@ def probe_batches(
 
 def time_lengths(trainer: Any, batches: dict, rounds: int) -> dict[int, list[float]]:
     """Milliseconds of forward + backward per length, round-robin over the lengths."""
+    import torch
+
     spec = trainer.spec_for_epoch(trainer.spec, 0)
     lengths = list(batches)
 
+    device = trainer.ctx.device
+
+    def sync() -> None:
+        # CUDA kernels run asynchronously: time what the device did, not what was queued.
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     def once(length: int) -> float:
+        sync()
         start = time.perf_counter()
         out = trainer.model(batches[length], head=trainer.head, spec=spec)
         out.numerator.backward()
+        sync()
         elapsed = (time.perf_counter() - start) * 1000.0
         trainer.optimizer.zero_grad(set_to_none=True)
         return elapsed
@@ -173,15 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run the probe for each algorithm and print (and optionally write) its table."""
     import torch
     from shapebench.presets import PRESETS
-    from shapebench.target import tiny_target
+    from shapebench.runner import REPO_ROOT
+    from shapebench.target import qwen3_8b_shaped_target, tiny_target
 
     from specdraft.trainer.runtime import init_distributed, shutdown_distributed
 
     args = parse_args(argv)
     preset = PRESETS[args.preset]
-    if preset.target != "tiny":
-        print("the probe builds the tiny target's drafts; use a cpu preset", file=sys.stderr)
-        return 2
     lengths = (
         [int(x) for x in args.lengths.split(",")]
         if args.lengths
@@ -192,7 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--real-length {real_length} exceeds the smallest length", file=sys.stderr)
         return 2
     torch.manual_seed(args.seed)
-    target = tiny_target()
+    if preset.target == "tiny":
+        target = tiny_target()
+    else:  # the same Qwen3-8B-shaped stand-in (random embedding and head) the gpu runs use
+        work_dir = (args.work_dir or REPO_ROOT / "build" / "bench" / preset.name).resolve()
+        target = qwen3_8b_shaped_target(work_dir / "targets" / "qwen3-8b-shaped")
     results: dict[str, Any] = {"real_length": real_length, "algorithms": {}}
     ctx = init_distributed()  # a one-rank group: FSDP2 wraps the draft as in a 1-rank run
     with tempfile.TemporaryDirectory(prefix="specdraft-probe-") as tmp:
