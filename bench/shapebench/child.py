@@ -4,7 +4,7 @@ RUN_DIR holds `config.toml` (the variant's config) and `run.json` (workload, see
 ranks, feature source). The run goes through the real pieces: `build_trainer` (draft, backend,
 compile, warm-up of every static length) and `Trainer.fit`; only the batch source is the
 benchmark's (`BenchBatchSource`: padding tally, synthetic features when there is no target to
-run). It writes the trainer's `metrics.jsonl`, a `summary.json` like `specdraft train`, and
+run). It writes the trainer's `metrics.jsonl`, the `summary.json` of `specdraft train`, and
 `bench.json` with what the metrics do not hold (peak memory of every rank, padding tally,
 warm-up time). A fresh process per run keeps max RSS and Dynamo's counters per variant.
 """
@@ -154,13 +154,7 @@ def rank_main(run_dir: str) -> dict[str, Any]:
         if dist.is_initialized() and ctx.world_size > 1:
             dist.all_reduce(peaks)
             dist.all_reduce(tally)
-        summary = {
-            "final_step": result.final_step,
-            "first_loss": result.history[0].loss if result.history else None,
-            "last_loss": result.history[-1].loss if result.history else None,
-            "compile_graphs": result.compile_graphs,
-            "recompiles_after_warmup": result.recompiles_after_warmup,
-        }
+        summary = result.summary()  # the same summary.json as `specdraft train`
         if ctx.is_main:
             (folder / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
             bench = {

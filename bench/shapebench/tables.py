@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .results import RunResult
 from .variants import BY_KEY, VARIANTS
@@ -104,62 +104,67 @@ def _not_measured(row: RunResult, width: int) -> str:
     return "| " + " | ".join([label, reason] + [DASH] * (width - 2)) + " |"
 
 
-def offline_table(rows: Sequence[RunResult], *, preferred_baseline: str = "fsdp2") -> str:
-    """The table of a Trainer.fit workload (variable, long, sharegpt)."""
+Cells = Callable[[RunResult, RunResult, bool], list[str]]
+
+
+def _table(
+    rows: Sequence[RunResult], columns: Sequence[str], cells: Cells, preferred_baseline: str
+) -> str:
+    """Rows in variant order against the baseline; a row that did not run says why."""
     rows = _ordered(rows)
     base = pick_baseline(rows, preferred_baseline)
     ranks = rows[0].ranks if rows else 1
-    lines = _header(OFFLINE_COLUMNS, base.variant if base else preferred_baseline, ranks)
+    lines = _header(columns, base.variant if base else preferred_baseline, ranks)
     for row in rows:
         if not row.ok or base is None:
-            lines.append(_not_measured(row, len(OFFLINE_COLUMNS)))
+            lines.append(_not_measured(row, len(columns)))
             continue
-        is_base = row is base
-        graphs, recompiles = _compile_cells(row)
-        cells = [
-            BY_KEY[row.variant].label,
-            fmt_ms(row.step_ms),
-            DASH if is_base else fmt_delta(row.step_ms, base.step_ms, "ms"),
-            fmt_ms(row.compute_ms_mean)
-            + ("" if is_base else f" ({_percent(row.compute_ms_mean, base.compute_ms_mean)})"),
-            f"{row.samples_per_s:.2f}",
-            f"{row.peak_memory_mb:.0f} MB",
-            DASH if is_base else fmt_delta(row.peak_memory_mb, base.peak_memory_mb, "MB"),
-            _positions(row),
-            _warmup(row),
-            graphs,
-            recompiles,
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(cells(row, base, row is base)) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _offline_cells(row: RunResult, base: RunResult, is_base: bool) -> list[str]:
+    graphs, recompiles = _compile_cells(row)
+    return [
+        BY_KEY[row.variant].label,
+        fmt_ms(row.step_ms),
+        DASH if is_base else fmt_delta(row.step_ms, base.step_ms, "ms"),
+        fmt_ms(row.compute_ms_mean)
+        + ("" if is_base else f" ({_percent(row.compute_ms_mean, base.compute_ms_mean)})"),
+        f"{row.samples_per_s:.2f}",
+        f"{row.peak_memory_mb:.0f} MB",
+        DASH if is_base else fmt_delta(row.peak_memory_mb, base.peak_memory_mb, "MB"),
+        _positions(row),
+        _warmup(row),
+        graphs,
+        recompiles,
+    ]
+
+
+def _online_cells(row: RunResult, base: RunResult, is_base: bool) -> list[str]:
+    graphs, recompiles = _compile_cells(row)
+    return [
+        BY_KEY[row.variant].label,
+        f"{row.samples_per_s:.2f}",
+        fmt_ms(row.compute_ms_mean),
+        DASH if is_base else fmt_delta(row.compute_ms_mean, base.compute_ms_mean, "ms"),
+        fmt_ms(row.data_wait_ms),
+        f"{row.peak_memory_mb:.0f} MB",
+        DASH if is_base else fmt_delta(row.peak_memory_mb, base.peak_memory_mb, "MB"),
+        _positions(row),
+        graphs,
+        recompiles,
+    ]
+
+
+def offline_table(rows: Sequence[RunResult], *, preferred_baseline: str = "fsdp2") -> str:
+    """The table of a Trainer.fit workload (variable, long, sharegpt)."""
+    return _table(rows, OFFLINE_COLUMNS, _offline_cells, preferred_baseline)
 
 
 def online_table(rows: Sequence[RunResult], *, preferred_baseline: str = "fsdp2") -> str:
     """The table of the disaggregated workload: compute and data wait per step."""
-    rows = _ordered(rows)
-    base = pick_baseline(rows, preferred_baseline)
-    ranks = rows[0].ranks if rows else 1
-    lines = _header(ONLINE_COLUMNS, base.variant if base else preferred_baseline, ranks)
-    for row in rows:
-        if not row.ok or base is None:
-            lines.append(_not_measured(row, len(ONLINE_COLUMNS)))
-            continue
-        is_base = row is base
-        graphs, recompiles = _compile_cells(row)
-        cells = [
-            BY_KEY[row.variant].label,
-            f"{row.samples_per_s:.2f}",
-            fmt_ms(row.compute_ms_mean),
-            DASH if is_base else fmt_delta(row.compute_ms_mean, base.compute_ms_mean, "ms"),
-            fmt_ms(row.data_wait_ms),
-            f"{row.peak_memory_mb:.0f} MB",
-            DASH if is_base else fmt_delta(row.peak_memory_mb, base.peak_memory_mb, "MB"),
-            _positions(row),
-            graphs,
-            recompiles,
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return _table(rows, ONLINE_COLUMNS, _online_cells, preferred_baseline)
 
 
 def parse_table(text: str) -> list[dict[str, str]]:

@@ -49,15 +49,7 @@ def rank_main(
 
             trainer = build_trainer(config, ctx, resume=resume, progress=progress)
         result = trainer.fit()
-        summary = {
-            "final_step": result.final_step,
-            "first_loss": result.history[0].loss if result.history else None,
-            "last_loss": result.history[-1].loss if result.history else None,
-            "evals": result.evals,
-            "compile_graphs": result.compile_graphs,
-            "recompiles_after_warmup": result.recompiles_after_warmup,
-            "checkpoint": str(result.last_checkpoint) if result.last_checkpoint else None,
-        }
+        summary = result.summary()
         if ctx.is_main:
             path = Path(config.output_dir) / "summary.json"
             path.write_text(json.dumps(summary, indent=2))

@@ -88,6 +88,18 @@ class FitResult:
     recompiles_after_warmup: int
     last_checkpoint: Path | None
 
+    def summary(self) -> dict[str, Any]:
+        """What a run writes to summary.json (`specdraft train` and the benchmark alike)."""
+        return {
+            "final_step": self.final_step,
+            "first_loss": self.history[0].loss if self.history else None,
+            "last_loss": self.history[-1].loss if self.history else None,
+            "evals": self.evals,
+            "compile_graphs": self.compile_graphs,
+            "recompiles_after_warmup": self.recompiles_after_warmup,
+            "checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
+        }
+
 
 def prediction_batch(batch: Mapping[str, Any], num_anchors: int) -> dict[str, torch.Tensor]:
     """A one-row evaluation batch shaped like `batch` (evaluation predicts one record at a time)."""
