@@ -11,7 +11,7 @@ DEV_DEPS := "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100" "ruff>=0.6" "p
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/build/inductor-cache
 export SPECDRAFT_CACHE ?= $(CURDIR)/build/cache
 
-.PHONY: setup quickstart test lint clean
+.PHONY: setup system-packages quickstart test lint clean
 
 $(BIN)/.installed: pyproject.toml packages/*/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,13 +23,19 @@ $(BIN)/.installed: pyproject.toml packages/*/pyproject.toml
 		$(DEV_DEPS)
 	touch $@
 
-setup: $(BIN)/.installed
+# The system packages the tests need (libibverbs1, iproute2, util-linux): installed with apt-get
+# as root or with passwordless sudo, otherwise make stops with the exact command to run.
+system-packages:
+	./scripts/system_packages.sh
+
+setup: system-packages $(BIN)/.installed
 
 # The tiny target, its own answers to ShareGPT prompts (train: records 0-299; held-out eval:
 # 10000-10023), then a DFlash2 drafter trained on them that prints tau before -> after. A step
 # whose output is there is skipped or resumed. One intra-op thread: the tiny model's matmuls are
 # too small to split, and spinning threads on two busy cores cost several times the work.
-quickstart: setup
+# The quickstart needs no system package (no Mooncake), only the venv.
+quickstart: $(BIN)/.installed
 	$(BIN)/specdraft lint examples/*.toml
 	$(BIN)/specdraft assets tiny-target --out build/tiny-target
 	OMP_NUM_THREADS=1 $(BIN)/specdraft regenerate examples/quickstart.toml --source pkg:sharegpt \
@@ -41,9 +47,9 @@ quickstart: setup
 
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=20 tests
 
-lint: setup
+lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 

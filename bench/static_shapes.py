@@ -33,7 +33,8 @@ DEFAULT_VARIANTS = {
     "cpu": "all",
     "cpu-context": "all",
     "toy": "all",
-    "gpu": "fsdp2,static-compile,buckets-compile,static,buckets,fsdp1",
+    "gpu": "fsdp2,static-compile,buckets-compile,static-anchors-compile,buckets-anchors-compile,"
+    "static,buckets,fsdp1",
 }
 DEFAULT_WORKLOADS = {
     "cpu": "all",

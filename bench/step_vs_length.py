@@ -10,7 +10,14 @@ the only part padding adds to — and so the most buckets can save there:
 
     saving(static -> buckets) = context share at max_length * share of positions removed
 
+With `--anchor-widths A1,A2,...` it also times the anchor dimension in the same process: every
+(length, anchor width) cell, round-robin, and fits the plane t(L, A) = fixed + per_position * L +
+per_block * A, whose anchor part at (max_length, num_anchors) is what anchor buckets can save:
+
+    saving(anchor buckets) = anchor share at num_anchors * share of anchor blocks removed
+
 Usage: python bench/step_vs_length.py [--preset cpu|cpu-context|gpu] [--rounds 9] [--out DIR]
+       [--anchor-widths 8,16,32,64]
 (on the gpu preset, with the Qwen3-8B-shaped stand-in target, it needs a GPU: run_gpu.sh runs it
 after the tables when time is left).
 """
@@ -52,6 +59,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="real tokens per sample (default: the smallest padded length)",
     )
     parser.add_argument("--rounds", type=int, default=9, help="timed passes over the lengths")
+    parser.add_argument(
+        "--anchor-widths",
+        default=None,
+        help="comma list of anchor widths: also time every (length, width) cell and fit t(L, A)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--work-dir",
@@ -73,6 +85,37 @@ def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
     return mean_y - slope * mean_x, slope
 
 
+def fit_plane(points: list[tuple[int, int, float]]) -> tuple[float, float, float]:
+    """Least-squares (fixed, per_position, per_block) of t = fixed + a L + b A."""
+    n = float(len(points))
+    sx = sum(float(x) for x, _, _ in points)
+    sy = sum(float(y) for _, y, _ in points)
+    st = sum(t for _, _, t in points)
+    sxx = sum(float(x) * x for x, _, _ in points)
+    syy = sum(float(y) * y for _, y, _ in points)
+    sxy = sum(float(x) * y for x, y, _ in points)
+    sxt = sum(x * t for x, _, t in points)
+    syt = sum(y * t for _, y, t in points)
+    # Normal equations [[n, sx, sy], [sx, sxx, sxy], [sy, sxy, syy]] (c, a, b) = (st, sxt, syt),
+    # solved by Cramer's rule (3 unknowns: no numpy needed).
+    m = [[n, sx, sy], [sx, sxx, sxy], [sy, sxy, syy]]
+    rhs = [st, sxt, syt]
+
+    def det(a: list[list[float]]) -> float:
+        return (
+            a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1])
+            - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
+            + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0])
+        )
+
+    base = det(m)
+    out = []
+    for col in range(3):
+        swapped = [[rhs[r] if c == col else m[r][c] for c in range(3)] for r in range(3)]
+        out.append(det(swapped) / base)
+    return out[0], out[1], out[2]
+
+
 def build_probe(
     preset: Any, algorithm: str, target: Any, ctx: Any, seed: int, work_dir: Path
 ) -> tuple[Any, Any]:
@@ -80,7 +123,7 @@ def build_probe(
     from shapebench.child import build_bench_source
     from shapebench.presets import base_config
 
-    from specdraft.config import validate_config
+    from specdraft.config import ShapePolicy, validate_config
     from specdraft.trainer.train.assembly import build_trainer
 
     raw = base_config(preset, algorithm, target, seed=seed, output_dir=str(work_dir / algorithm))
@@ -94,8 +137,9 @@ def build_probe(
         "vocab_bound": target.vocab_size,
         "features": "synthetic",
     }
-    source = build_bench_source(config, ctx, spec)
-    return build_trainer(config, ctx, progress=False, source=source), source
+    shapes = ShapePolicy.from_config(config)
+    source = build_bench_source(config, ctx, spec, shapes)
+    return build_trainer(config, ctx, progress=False, source=source, shapes=shapes), source
 
 
 def probe_batches(
@@ -119,8 +163,9 @@ def probe_batches(
     return out
 
 
-def time_lengths(trainer: Any, batches: dict, rounds: int) -> dict[int, list[float]]:
-    """Milliseconds of forward + backward per length, round-robin over the lengths."""
+def time_lengths(trainer: Any, batches: dict, rounds: int) -> dict[Any, list[float]]:
+    """Milliseconds of forward + backward per batch key (a length or a (length, width) cell),
+    round-robin over the keys."""
     import torch
 
     spec = trainer.spec_for_epoch(trainer.spec, 0)
@@ -154,6 +199,42 @@ def time_lengths(trainer: Any, batches: dict, rounds: int) -> dict[int, list[flo
     return times
 
 
+def time_anchor_cells(
+    trainer: Any, batches: dict[int, Any], widths: list[int], preset: Any, rounds: int
+) -> dict[str, Any]:
+    """t(L, A) for every (length, anchor width) cell in one process, and the fitted plane.
+
+    The width only sets how many anchor blocks the draft computes (the probe's samples have more
+    valid anchors than the widest cell, so every cell computes full blocks): the timing is the
+    cost of A blocks at L positions, the quantity anchor buckets change.
+    """
+    from specdraft.collate import ANCHOR_WIDTH
+
+    cells = {
+        (length, width): {**batch, ANCHOR_WIDTH: width}
+        for length, batch in batches.items()
+        for width in widths
+    }
+    times = time_lengths(trainer, cells, rounds)
+    medians = {cell: statistics.median(ts) for cell, ts in times.items()}
+    fixed, per_position, per_block = fit_plane([(L, A, t) for (L, A), t in medians.items()])
+    top = (max(batches), preset.num_anchors)
+    at_top = medians.get(top, fixed + per_position * top[0] + per_block * top[1])
+    print(
+        "[probe] anchors: " + ", ".join(f"{L}x{A}: {t:.1f} ms" for (L, A), t in medians.items()),
+        flush=True,
+    )
+    return {
+        "widths": widths,
+        "median_ms": {f"{L}x{A}": t for (L, A), t in medians.items()},
+        "fixed_ms": fixed,
+        "per_position_ms": per_position,
+        "per_block_ms": per_block,
+        # The share of a step at (max_length, num_anchors) that scales with the anchor count.
+        "anchor_share": per_block * preset.num_anchors / at_top,
+    }
+
+
 def report(preset: Any, results: dict[str, Any], args: argparse.Namespace) -> str:
     """The probe's markdown: per-length medians, the fitted line, the context share."""
     lines = [
@@ -185,6 +266,24 @@ def report(preset: Any, results: dict[str, Any], args: argparse.Namespace) -> st
             f"{lengths[-1]}: **{row['context_share']:.1%}**.",
             "",
         ]
+        anchors = row.get("anchors")
+        if anchors:
+            widths = anchors["widths"]
+            lines += [
+                "| padded length | " + " | ".join(f"{w} anchors" for w in widths) + " |",
+                "|---|" + "---|" * len(widths),
+            ]
+            for length in lengths:
+                cells = [anchors["median_ms"][f"{length}x{w}"] for w in widths]
+                lines.append(f"| {length} | " + " | ".join(f"{t:.1f} ms" for t in cells) + " |")
+            lines += [
+                "",
+                f"Fit: t(L, A) = {anchors['fixed_ms']:.1f} ms + {anchors['per_position_ms']:.4f} "
+                f"ms × L + {anchors['per_block_ms']:.3f} ms × A; anchor share of a step at "
+                f"(L = {lengths[-1]}, A = {preset.num_anchors}): "
+                f"**{anchors['anchor_share']:.1%}**.",
+                "",
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -239,6 +338,11 @@ def main(argv: list[str] | None = None) -> int:
                 + ", ".join(f"{k}: {v:.1f} ms" for k, v in medians.items()),
                 flush=True,
             )
+            if args.anchor_widths:
+                widths = sorted({int(x) for x in args.anchor_widths.split(",")})
+                results["algorithms"][algorithm]["anchors"] = time_anchor_cells(
+                    trainer, batches, widths, preset, args.rounds
+                )
             trainer.writer.close()
             del trainer, source, batches
     shutdown_distributed()

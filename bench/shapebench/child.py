@@ -47,11 +47,11 @@ def _sharegpt_rows(config: Any, ctx: Any) -> tuple[Any, list[int], str]:
     return dataset, sample_lengths(dataset), report.fingerprint
 
 
-def build_bench_source(config: Any, ctx: Any, spec: dict[str, Any]) -> Any:
-    """The run's batch source: the workload's rows, the run's pad policy and sampler."""
+def build_bench_source(config: Any, ctx: Any, spec: dict[str, Any], shapes: Any) -> Any:
+    """The run's batch source: the workload's rows, the run's shape policy and sampler."""
     from shapebench.source import BenchBatchSource, SyntheticFeatures
     from shapebench.workloads import is_synthetic, synthetic_rows, synthetic_samples
-    from specdraft.collate import pad_policy_from_config, sampler_from_config
+    from specdraft.collate import sampler_from_config
     from specdraft.trainer.backends import backend_options_from_config
     from specdraft.trainer.models import load_target_config
     from specdraft.trainer.train.assembly import batch_shape, load_run_data
@@ -80,9 +80,8 @@ def build_bench_source(config: Any, ctx: Any, spec: dict[str, Any]) -> Any:
         )
     else:
         dataset, lengths, fingerprint = _sharegpt_rows(config, ctx)
-    options = backend_options_from_config(config, ctx.device)
+    options = backend_options_from_config(config, ctx.device, shapes=shapes)
     shape = batch_shape(config, load_target_config(config.model.target), options)
-    pad_to = pad_policy_from_config(config)
     synthetic = None
     if extractor is None:
         synthetic = SyntheticFeatures(
@@ -94,11 +93,13 @@ def build_bench_source(config: Any, ctx: Any, spec: dict[str, Any]) -> Any:
             seed=spec["seed"],
         )
     # The run assembly's sampler, so batches are what training would see.
-    sampler = sampler_from_config(config, lengths, num_replicas=ctx.world_size, rank=ctx.rank)
+    sampler = sampler_from_config(
+        config, lengths, num_replicas=ctx.world_size, rank=ctx.rank, shapes=shapes
+    )
     return BenchBatchSource(
         dataset,
         sampler,
-        builder=BatchBuilder(pad_to=pad_to, shape=shape, device=ctx.device),
+        builder=BatchBuilder(shapes=shapes, shape=shape, device=ctx.device),
         grad_accum_steps=training.grad_accum_steps,
         rank=ctx.rank,
         features=extractor,
@@ -118,7 +119,7 @@ def rank_main(run_dir: str) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    from specdraft.config import load_config
+    from specdraft.config import ShapePolicy, load_config
     from specdraft.trainer.runtime import init_distributed, shutdown_distributed
     from specdraft.trainer.train.assembly import build_trainer
     from specdraft.trainer.train.metrics import peak_memory_mb
@@ -130,8 +131,10 @@ def rank_main(run_dir: str) -> dict[str, Any]:
     ctx = init_distributed()
     configure_logging(ctx.rank)
     try:
-        source = build_bench_source(config, ctx, spec)
-        trainer = build_trainer(config, ctx, progress=False, source=source)
+        # The run's one shape policy, shared by the source and the trainer.
+        shapes = ShapePolicy.from_config(config)
+        source = build_bench_source(config, ctx, spec, shapes)
+        trainer = build_trainer(config, ctx, progress=False, source=source, shapes=shapes)
         trainer.save = _skip_checkpoint  # type: ignore[method-assign]
         timings: dict[str, float] = {}
         warmup = trainer.warmup
@@ -149,7 +152,13 @@ def rank_main(run_dir: str) -> dict[str, Any]:
         peaks = torch.zeros(ctx.world_size, dtype=torch.float64)
         peaks[ctx.rank] = peak_memory_mb(ctx.device)
         tally = torch.tensor(
-            [source.tally.computed_positions, source.tally.real_tokens], dtype=torch.float64
+            [
+                source.tally.computed_positions,
+                source.tally.real_tokens,
+                source.tally.computed_anchor_blocks,
+                source.tally.valid_anchor_blocks,
+            ],
+            dtype=torch.float64,
         )
         if dist.is_initialized() and ctx.world_size > 1:
             dist.all_reduce(peaks)
@@ -161,6 +170,8 @@ def rank_main(run_dir: str) -> dict[str, Any]:
                 "peak_memory_mb_per_rank": peaks.tolist(),
                 "computed_positions": int(tally[0]),
                 "real_tokens": int(tally[1]),
+                "computed_anchor_blocks": int(tally[2]),
+                "valid_anchor_blocks": int(tally[3]),
                 "warmup_s": timings.get("warmup_s", 0.0),
                 "fit_s": fit_s,
                 "device": str(ctx.device),

@@ -17,6 +17,7 @@ class Preset:
     max_length: int
     buckets: tuple[int, ...]  # below max_length; max_length is appended as the last bucket
     num_anchors: int
+    anchor_buckets: tuple[int, ...]  # below num_anchors; num_anchors is appended
     block_size: int
     num_draft_layers: int
     micro_batch_size: int
@@ -34,6 +35,7 @@ PRESETS: dict[str, Preset] = {
         max_length=1024,
         buckets=(256, 512, 768),
         num_anchors=64,
+        anchor_buckets=(16, 32),
         block_size=16,
         num_draft_layers=2,
         micro_batch_size=2,
@@ -53,6 +55,7 @@ PRESETS: dict[str, Preset] = {
         max_length=2048,
         buckets=(512, 1024, 1536),
         num_anchors=8,
+        anchor_buckets=(4,),
         block_size=16,
         num_draft_layers=2,
         micro_batch_size=2,
@@ -68,6 +71,7 @@ PRESETS: dict[str, Preset] = {
         max_length=8192,
         buckets=(1024, 2048, 4096),
         num_anchors=512,
+        anchor_buckets=(128, 256),
         block_size=16,
         num_draft_layers=5,
         micro_batch_size=2,
@@ -84,6 +88,7 @@ PRESETS: dict[str, Preset] = {
         max_length=256,
         buckets=(128,),
         num_anchors=8,
+        anchor_buckets=(4,),
         block_size=8,
         num_draft_layers=1,
         micro_batch_size=2,

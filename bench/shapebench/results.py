@@ -39,6 +39,8 @@ class RunResult:
     peak_memory_per_rank: list[float] = field(default_factory=list)
     positions_per_real_token: float = 0.0
     positions_estimated: bool = False  # planned from corpus lengths, not counted in the run
+    # Computed anchor blocks per valid anchor (1.0 = no empty anchor block; 0 = not counted).
+    anchor_blocks_per_valid: float = 0.0
     warmup_s: float = 0.0
     compile_graphs: int = 0
     recompiles_after_warmup: int = 0
@@ -104,6 +106,10 @@ def steady_result(result: RunResult, run_dir: Path, *, steady: int, online: bool
     result.peak_memory_mb = max(result.peak_memory_per_rank)
     if bench.get("real_tokens"):
         result.positions_per_real_token = bench["computed_positions"] / bench["real_tokens"]
+    if bench.get("valid_anchor_blocks"):
+        result.anchor_blocks_per_valid = (
+            bench["computed_anchor_blocks"] / bench["valid_anchor_blocks"]
+        )
     result.warmup_s = float(bench.get("warmup_s", 0.0))
     result.compile_graphs = int(summary.get("compile_graphs", 0))
     result.recompiles_after_warmup = int(summary.get("recompiles_after_warmup", 0))

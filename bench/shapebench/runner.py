@@ -104,7 +104,7 @@ def run_config(settings: BenchSettings, run: PlannedRun, target: TargetFacts) ->
     config = base_config(
         preset, run.algorithm, target, seed=settings.seed, output_dir=str(run.run_dir)
     )
-    config["training"].update(run.variant.training_overrides(preset.buckets))
+    config["training"].update(run.variant.training_overrides(preset.buckets, preset.anchor_buckets))
     config["training"]["max_steps"] = settings.steps
     config["deployment"] = {"nproc_per_node": settings.ranks}
     data = config["data"]
@@ -250,8 +250,8 @@ def execute(settings: BenchSettings, run: PlannedRun, *, timeout_s: float | None
 
 def planned_positions(config_path: Path) -> float:
     """Computed positions per real token the run's pad policy plans on its corpus (online)."""
-    from specdraft.collate import account_padding, pad_policy_from_config
-    from specdraft.config import load_config
+    from specdraft.collate import account_padding
+    from specdraft.config import ShapePolicy, load_config
     from specdraft.trainer.data import corpus_lengths
 
     config = load_config(config_path)
@@ -259,7 +259,7 @@ def planned_positions(config_path: Path) -> float:
     report = account_padding(
         lengths,
         micro_batch_size=config.training.micro_batch_size,
-        pad_to=pad_policy_from_config(config),
+        pad_to=ShapePolicy.from_config(config).pad_to,
         seed=config.training.seed,
         num_replicas=config.deployment.world_size,
     )

@@ -1,9 +1,11 @@
 """The benchmark's batch source: the trainer's own LocalBatchSource, plus two things.
 
-It counts what the pad policy makes the draft compute (rows x padded length of every batch,
-dummies included) against the real tokens, and, where the run has no target to run (synthetic
-features), fills `hidden_states` / `target_last_hidden_states` with seeded random features of
-each sample's own length, generated on the device so a large preset is not bound by the host.
+It counts what the shape policy makes the draft compute (rows x padded length of every batch,
+dummies included) against the real tokens, and the anchor blocks it computes (rows x anchor
+width) against the valid ones (min(num_anchors, valid anchors) per sample), and, where the run
+has no target to run (synthetic features), fills `hidden_states` / `target_last_hidden_states`
+with seeded random features of each sample's own length, generated on the device so a large
+preset is not bound by the host.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 import torch
 
+from specdraft.collate import ANCHOR_WIDTH, anchor_counts
 from specdraft.trainer.train.sources import LocalBatchSource
 
 
@@ -23,6 +26,8 @@ class PaddingTally:
 
     computed_positions: int = 0
     real_tokens: int = 0
+    computed_anchor_blocks: int = 0  # rows x anchor width
+    valid_anchor_blocks: int = 0  # sum of min(num_anchors, valid anchors) over real samples
 
 
 class SyntheticFeatures:
@@ -84,6 +89,14 @@ class BenchBatchSource(LocalBatchSource):
         # build_trainer records a source's fingerprint in the run's checkpoint fingerprint.
         self.fingerprint = fingerprint
         self.tally = PaddingTally()
+        self._anchor_counts: dict[int, int] = {}
+
+    def anchor_count(self, index: int) -> int:
+        """Valid anchors of one sample, from its loss mask on the host (cached)."""
+        if index not in self._anchor_counts:
+            mask = torch.as_tensor(self.dataset[index]["loss_mask"], dtype=torch.long)
+            self._anchor_counts[index] = anchor_counts(mask.cpu()[None])[0]
+        return self._anchor_counts[index]
 
     def batch(self, indices: Sequence[int]) -> dict[str, Any]:
         """One micro-batch, counted; synthetic features added when the run has no target."""
@@ -92,6 +105,11 @@ class BenchBatchSource(LocalBatchSource):
         lengths = [self.lengths[int(i)] for i in indices]
         self.tally.computed_positions += int(rows) * int(padded)
         self.tally.real_tokens += sum(lengths)
+        num_anchors = self.builder.shapes.num_anchors or 0
+        self.tally.computed_anchor_blocks += int(rows) * int(batch.get(ANCHOR_WIDTH, num_anchors))
+        self.tally.valid_anchor_blocks += sum(
+            min(num_anchors, self.anchor_count(int(i))) for i in indices
+        )
         if "hidden_states" not in batch:
             if self.synthetic is None:
                 raise RuntimeError("a batch without features and no synthetic feature source")

@@ -20,6 +20,7 @@ OFFLINE_COLUMNS = (
     "peak memory per rank",
     "Δ memory",
     "computed positions per real token",
+    "computed anchor blocks per valid anchor",
     "compile warm-up",
     "graphs compiled",
     "recompiles after warm-up",
@@ -33,6 +34,7 @@ ONLINE_COLUMNS = (
     "peak memory per rank",
     "Δ memory",
     "computed positions per real token",
+    "computed anchor blocks per valid anchor",
     "graphs compiled",
     "recompiles after warm-up",
 )
@@ -74,6 +76,10 @@ def _positions(row: RunResult) -> str:
         return DASH
     approx = "≈" if row.positions_estimated else ""
     return f"{approx}{row.positions_per_real_token:.2f}"
+
+
+def _anchor_blocks(row: RunResult) -> str:
+    return f"{row.anchor_blocks_per_valid:.2f}" if row.anchor_blocks_per_valid else DASH
 
 
 def _compile_cells(row: RunResult) -> tuple[str, str]:
@@ -135,6 +141,7 @@ def _offline_cells(row: RunResult, base: RunResult, is_base: bool) -> list[str]:
         f"{row.peak_memory_mb:.0f} MB",
         DASH if is_base else fmt_delta(row.peak_memory_mb, base.peak_memory_mb, "MB"),
         _positions(row),
+        _anchor_blocks(row),
         _warmup(row),
         graphs,
         recompiles,
@@ -152,6 +159,7 @@ def _online_cells(row: RunResult, base: RunResult, is_base: bool) -> list[str]:
         f"{row.peak_memory_mb:.0f} MB",
         DASH if is_base else fmt_delta(row.peak_memory_mb, base.peak_memory_mb, "MB"),
         _positions(row),
+        _anchor_blocks(row),
         graphs,
         recompiles,
     ]

@@ -16,8 +16,11 @@ class Variant:
     static_shapes: bool
     buckets: bool
     compile_blocks: bool
+    anchor_buckets: bool = False  # the second static dimension (training.static_anchor_buckets)
 
-    def training_overrides(self, buckets: tuple[int, ...]) -> dict[str, Any]:
+    def training_overrides(
+        self, buckets: tuple[int, ...], anchor_buckets: tuple[int, ...] = ()
+    ) -> dict[str, Any]:
         """The [training] keys this variant sets on top of the preset's base config."""
         out: dict[str, Any] = {
             "backend": self.backend,
@@ -26,6 +29,8 @@ class Variant:
         }
         if self.buckets:
             out["static_shape_buckets"] = list(buckets)
+        if self.anchor_buckets:
+            out["static_anchor_buckets"] = list(anchor_buckets)
         if self.compile_blocks:
             # A recompile after warm-up is what the tables count; do not turn it into an error.
             out["fail_on_recompile"] = False
@@ -46,7 +51,17 @@ VARIANTS: tuple[Variant, ...] = (
         True,
         True,
     ),
-)
+    # Issue 13: anchor-count buckets on top of each static stack.
+    Variant("static-anchors", "fsdp2 + static_shapes + anchor buckets", "fsdp2", True, False,
+            False, True),
+    Variant("buckets-anchors", "fsdp2 + static_shape_buckets + anchor buckets", "fsdp2", True,
+            True, False, True),
+    Variant("static-anchors-compile", "fsdp2 + static_shapes + anchor buckets + compile_blocks",
+            "fsdp2", True, False, True, True),
+    Variant("buckets-anchors-compile",
+            "fsdp2 + static_shape_buckets + anchor buckets + compile_blocks", "fsdp2", True, True,
+            True, True),
+)  # fmt: skip
 
 BY_KEY = {variant.key: variant for variant in VARIANTS}
 

@@ -47,6 +47,19 @@ def test_show_prints_the_resolved_config_as_toml(config_cmd):
     assert 'attention_backend = "auto"' in result.stdout
 
 
+def test_show_notes_the_shape_grid_and_anchor_widths(config_cmd):
+    config = load_config(EXAMPLE)
+    result = config_cmd("show", str(EXAMPLE), "--set", "training.static_anchor_buckets=[128, 256]")
+    assert result.exit_code == 0, result.stderr
+    header = [line.lstrip("# ").strip() for line in result.stdout.splitlines() if "#" in line]
+    lengths = len(set(config.training.static_shape_buckets or []) | {config.data.max_length})
+    assert f"anchor width: anchor buckets [128, 256, {config.training.num_anchors}]" in header
+    assert f"shape grid: {lengths * 3} cell(s)" in header
+    # The round trip still holds: the notes are comments, the values the resolved config.
+    shown = validate_config(tomli.loads(result.stdout))
+    assert shown.training.static_anchor_buckets == [128, 256]
+
+
 def test_show_applies_overrides_and_prints_json(config_cmd):
     result = config_cmd(
         "show",

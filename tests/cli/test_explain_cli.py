@@ -123,26 +123,32 @@ def test_plot_writes_a_png(run, lengths_file: Path, tmp_path: Path) -> None:
 
 
 @dataclass
-class FakeCorpus:
-    lengths: list[int]
+class FakeReport:
     skipped: dict[str, int] = field(default_factory=dict)
     dropped_incomplete: int = 0
     source: str = "pkg:sharegpt"
 
 
+def fake_data_module(build_dataset) -> types.ModuleType:
+    """specdraft.trainer.data as far as explain-buckets uses it."""
+    module = types.ModuleType("specdraft.trainer.data")
+    module.build_dataset = build_dataset  # type: ignore[attr-defined]
+    module.sample_lengths = lambda rows: [len(r["input_ids"]) for r in rows]  # type: ignore[attr-defined]
+    return module
+
+
 def test_corpus_is_read_through_the_data_pipeline(run, monkeypatch) -> None:
     calls = []
 
-    def corpus_lengths(config, *, progress: bool = True) -> FakeCorpus:
-        calls.append((config.data.max_length, progress))
-        return FakeCorpus(LENGTHS, {"no_assistant_turn": 3}, 1)
+    def build_dataset(config, *, split: str, progress: bool = True):
+        calls.append((config.data.max_length, split, progress))
+        rows = [{"input_ids": [0] * n, "loss_mask": [1] * n} for n in LENGTHS]
+        return rows, FakeReport({"no_assistant_turn": 3}, 1)
 
-    module = types.ModuleType("specdraft.trainer.data")
-    module.corpus_lengths = corpus_lengths  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "specdraft.trainer.data", module)
+    monkeypatch.setitem(sys.modules, "specdraft.trainer.data", fake_data_module(build_dataset))
     result = run(str(EXAMPLE), "--format", "json")
     assert result.exit_code == 0, result.output
-    assert calls == [(2048, True)]
+    assert calls == [(2048, "train", True)]
     source = json.loads(result.stdout)["source"]
     assert source == {
         "kind": "corpus",
@@ -155,12 +161,133 @@ def test_corpus_is_read_through_the_data_pipeline(run, monkeypatch) -> None:
 
 
 def test_corpus_that_cannot_load_is_a_clean_error(run, monkeypatch) -> None:
-    def corpus_lengths(config, *, progress: bool = True) -> FakeCorpus:
+    def build_dataset(config, *, split: str, progress: bool = True):
         raise FileNotFoundError("model.target = '/models/Qwen3-8B': no such folder")
 
-    module = types.ModuleType("specdraft.trainer.data")
-    module.corpus_lengths = corpus_lengths  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "specdraft.trainer.data", module)
+    monkeypatch.setitem(sys.modules, "specdraft.trainer.data", fake_data_module(build_dataset))
     result = run(str(EXAMPLE))
     assert result.exit_code == 2
     assert "cannot load the corpus: model.target = '/models/Qwen3-8B'" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_corpus_config(tmp_path_factory) -> Path:
+    """A static run on the tiny target and the packaged ShareGPT sample (real tokenizer)."""
+    from specdraft.trainer.assets import build_tiny_target, tiny_assets_info
+
+    folder = tmp_path_factory.mktemp("explain-anchors")
+    path = folder / "tiny.toml"
+    path.write_text(
+        f"""
+run_id = "explain-anchors"
+output_dir = "{folder / "run"}"
+[model]
+target = "{build_tiny_target()}"
+algorithm = "dflash2"
+block_size = 8
+num_draft_layers = 2
+target_layer_ids = [0, 2]
+mask_token_id = {tiny_assets_info().mask_token_id}
+[model.dflash2]
+selector_gold_policy = "insert"
+[data]
+train_paths = ["pkg:sharegpt"]
+max_length = 256
+max_samples = 24
+cache_dir = "{folder / "cache"}"
+[training]
+micro_batch_size = 1
+num_anchors = 256
+static_shapes = true
+static_shape_buckets = [128]
+static_anchor_buckets = [128]
+"""
+    )
+    return path
+
+
+def report_warnings(result) -> list[dict]:
+    return json.loads(result.stdout)["warnings"]
+
+
+def test_anchor_occupancy_comes_from_the_corpus_masks_and_the_runs_sampler(
+    run, tiny_corpus_config: Path
+) -> None:
+    import torch
+
+    from specdraft.collate import anchor_counts, plan_micro_batches
+    from specdraft.config import load_config
+    from specdraft.trainer.data import build_dataset, sample_lengths
+
+    result = run(str(tiny_corpus_config), "--format", "json", "--suggest-anchors", "2")
+    assert result.exit_code == 0, result.output
+    anchors = json.loads(result.stdout)["anchors"]
+
+    # Recount independently: the same dataset, masks and sampler, widths by the rules by hand.
+    config = load_config(tiny_corpus_config)
+    dataset, _ = build_dataset(config, split="train", progress=False)
+    lengths = sample_lengths(dataset)
+    counts = [anchor_counts(torch.tensor([row["loss_mask"]]))[0] for row in dataset]
+    batches = plan_micro_batches(
+        lengths,
+        micro_batch_size=1,
+        sampler="length_grouped" if config.data.length_grouped else "random",
+        seed=config.training.seed,
+        mega_batch_multiplier=config.data.mega_batch_multiplier,
+    )
+    needs = [max(min(256, counts[i]) for i in b) for b in batches]
+    # The packaged sample holds short and long assistant turns: both widths are needed.
+    assert min(needs) <= 128 < max(needs)
+    valid = sum(min(256, c) for c in counts)
+    computed = {
+        "pad-to-longest": sum(len(b) * max(1, n) for b, n in zip(batches, needs, strict=True)),
+        "static (num_anchors)": sum(len(b) * 256 for b in batches),
+        "anchor buckets": sum(
+            len(b) * (128 if n <= 128 else 256) for b, n in zip(batches, needs, strict=True)
+        ),
+    }
+    policies = {p["name"]: p for p in anchors["policies"]}
+    assert set(policies) == set(computed)
+    assert policies["anchor buckets"]["configured"]
+    for name, blocks in computed.items():
+        assert policies[name]["computed_blocks"] == blocks, name
+        assert policies[name]["valid_blocks"] == valid
+        assert policies[name]["occupancy"] == pytest.approx(valid / blocks)
+    # The grid: 2 lengths x 2 widths, every micro-batch in exactly one cell.
+    cells = {(c["length"], c["width"]): c for c in anchors["cells"]}
+    assert set(cells) == {(128, 128), (128, 256), (256, 128), (256, 256)}
+    assert sum(c["micro_batches"] for c in cells.values()) == len(batches)
+    for (length, width), cell in cells.items():
+        inside = [
+            n
+            for b, n in zip(batches, needs, strict=True)
+            if (128 if max(lengths[i] for i in b) <= 128 else 256) == length
+            and (128 if n <= 128 else 256) == width
+        ]
+        assert cell["micro_batches"] == len(inside), (length, width)
+    unused = [w for w in report_warnings(result) if w["code"] == "unused-cell"]
+    assert [w["message"].split(" is ")[0] for w in unused] == [
+        f"grid cell {length} x {width} anchors"
+        for (length, width), cell in cells.items()
+        if not cell["micro_batches"]
+    ]
+    # The exact suggestion is never worse than the configured buckets of the same count.
+    suggestion = anchors["suggestion"]
+    assert suggestion["anchor_buckets"][-1] == 256 and len(suggestion["anchor_buckets"]) == 2
+    assert suggestion["computed_blocks"] <= computed["anchor buckets"]
+
+
+def test_text_shows_the_anchor_dimension(run, tiny_corpus_config: Path) -> None:
+    result = run(str(tiny_corpus_config), "--suggest-anchors", "2")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "anchors     anchor buckets 128, 256" in out
+    assert "shape grid  4 cell(s) (length x anchors): 128x128, 128x256, 256x128, 256x256" in out
+    assert "anchor blocks side by side" in out and "per grid cell" in out
+    assert "set training.static_anchor_buckets = [" in out
+
+
+def test_suggest_anchors_needs_the_corpus(run, lengths_file: Path) -> None:
+    result = run(str(EXAMPLE), "--lengths", str(lengths_file), "--suggest-anchors", "2")
+    assert result.exit_code == 2
+    assert "--suggest-anchors needs the loss masks of the corpus" in result.stderr

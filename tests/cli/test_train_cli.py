@@ -109,8 +109,9 @@ def test_dry_run_prints_the_plan_without_starting_ranks(tiny_config, no_launch):
     assert plan["backend"].startswith("fsdp2")
     assert plan["pad policy"] == "buckets 128, 256"
     # 2 shapes x 2 graphs (first block without grad, second with), no evaluation; slack of 4.
-    assert "2 static shape(s) x 2 graphs = 4 graphs per block" in plan["compile"]
+    assert "2 length(s) x 2 = 4 graphs per block" in plan["compile"]
     assert "recompile_limit = 8" in plan["compile"]
+    assert plan["shape grid"].startswith("2 cell(s)")
     assert "weights+grads+AdamW" in plan["memory/rank"]
     assert not (tiny_config.parent / "run").exists()
 
@@ -128,6 +129,23 @@ def test_dry_run_follows_overrides(tiny_config, no_launch):
     plan = plan_lines(result.output)
     assert plan["backend"].startswith("fsdp1")
     assert plan["compile"] == "compile_blocks off: blocks run eagerly"
+
+
+def test_dry_run_prints_the_length_x_anchor_grid(tiny_config, no_launch):
+    from specdraft.config import load_config
+
+    num_anchors = load_config(tiny_config).training.num_anchors
+    small = max(1, num_anchors // 2)
+    result = train(
+        str(tiny_config), "--dry-run", "--set", f"training.static_anchor_buckets=[{small}]"
+    )
+    assert result.exit_code == 0, result.output
+    plan = plan_lines(result.output)
+    assert plan["anchors"] == f"anchor buckets {small}, {num_anchors}"
+    cells = f"128x{small}, 128x{num_anchors}, 256x{small}, 256x{num_anchors}"
+    assert plan["shape grid"] == f"4 cell(s) (length x anchors): {cells}"
+    # 2 lengths x 2 widths x 2 grad variants, no evaluation.
+    assert "2 length(s) x (2 width(s) x 2) = 8 graphs per block" in plan["compile"]
 
 
 def gib(text: str, label: str) -> float:

@@ -11,7 +11,7 @@ from specdraft.collate.explain import build_report
 from specdraft.collate.explain_text import render_text
 from specdraft.collate.histogram import render_histogram, save_plot
 from specdraft.collate.length_source import LengthSource, read_lengths_file
-from specdraft.config import load_config
+from specdraft.config import ShapePolicy, load_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "qwen3-8b-dflash2-2048.toml"
 # One sample per micro-batch: the cost of every policy can be written down without the sampler.
@@ -21,7 +21,13 @@ SINGLE = ("training.micro_batch_size=1",)
 def report_for(lengths: list[int], *overrides: str, suggest_k: int | None = None) -> dict:
     config = load_config(EXAMPLE, [*SINGLE, *overrides])
     source = LengthSource("lengths_file", "lengths.txt", lengths)
-    return build_report(config, source, config_path=str(EXAMPLE), suggest_k=suggest_k)
+    return build_report(
+        config,
+        source,
+        shapes=ShapePolicy.from_config(config),
+        config_path=str(EXAMPLE),
+        suggest_k=suggest_k,
+    )
 
 
 def policy(report: dict, name: str) -> dict:
@@ -49,11 +55,17 @@ def test_three_policies_side_by_side() -> None:
         assert p["positions_per_real_token"] == pytest.approx(positions / sum(lengths))
         assert p["ratio_to_longest"] == pytest.approx(positions / sum(lengths))
     assert [p["configured"] for p in report["policies"]] == [False, False, True]
+    num_anchors = load_config(EXAMPLE).training.num_anchors
     assert report["pad_policy"] == {
         "kind": "buckets",
         "pad_to": list(buckets),
         "description": "buckets 512, 1024, 1536, 2048",
         "max_length_appended": True,
+        # The second dimension: no anchor buckets, so every length computes num_anchors blocks.
+        "anchors": f"fixed {num_anchors} anchors",
+        "anchor_widths": [num_anchors],
+        "num_anchors_appended": False,
+        "grid": [[length, num_anchors] for length in buckets],
     }
 
 
@@ -151,7 +163,11 @@ def test_text_report_shows_the_policies_warnings_and_suggestion() -> None:
 
 def test_longest_explains_one_micro_batch() -> None:
     config = load_config(EXAMPLE)
-    report = build_report(config, LengthSource("longest", "--longest 600", [600]))
+    report = build_report(
+        config,
+        LengthSource("longest", "--longest 600", [600]),
+        shapes=ShapePolicy.from_config(config),
+    )
     assert report["longest"] == {"longest": 600, "pads_to": 1024}
     assert [p["pads_to"] for p in report["policies"]] == [600, 2048, 1024]
     assert report["histogram"] is None and report["warnings"] == []

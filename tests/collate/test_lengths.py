@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specdraft.collate import pad_policy_from_config, resolve_static_length, static_pad_length
-from specdraft.config import load_config
+from specdraft.collate import resolve_static_length, static_pad_length
+from specdraft.config import ShapePolicy, load_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "qwen3-8b-dflash2-2048.toml"
 BUCKETS = (512, 1024, 1536, 2048)
@@ -93,11 +93,11 @@ def test_static_pad_length_rejects_inconsistent_settings() -> None:
         ),
     ],
 )
-def test_pad_policy_from_config_matches_static_pad_length(
+def test_shape_policy_from_config_matches_static_pad_length(
     overrides: tuple[str, ...], expected: object
 ) -> None:
     config = load_config(EXAMPLE, overrides)
-    policy = pad_policy_from_config(config)
+    policy = ShapePolicy.from_config(config).pad_to
     assert policy == expected
     assert policy == static_pad_length(
         config.training.static_shapes,

@@ -90,3 +90,42 @@ def test_pad_and_concatenate_only_the_requested_keys() -> None:
     batch = pad_and_concatenate_features([sample(3, 0), sample(2, 1)], ["loss_mask"], 128)
     assert list(batch) == ["loss_mask"]
     assert batch["loss_mask"].sum().item() == 5
+
+
+def test_a_seed_pad_to_collates_without_an_anchor_width() -> None:
+    from specdraft.collate import ANCHOR_WIDTH
+
+    batch = DataCollatorWithPadding(pad_to=(128, 256))([sample(20, 1), sample(30, 2)])
+    assert batch["input_ids"].shape[1] == 128
+    assert ANCHOR_WIDTH not in batch  # a pad-only policy knows no num_anchors
+
+
+@pytest.mark.parametrize(
+    ("anchor_buckets", "masks", "width"),
+    [
+        (None, [[1] * 10, [1] * 4], 9),  # pad-to-longest: exactly the largest count
+        ((4, 16), [[1] * 5, [0, 1, 1, 0, 1, 1]], 4),  # counts 4 and 2 -> bucket 4
+        ((4, 16), [[1] * 6, [1] * 2], 16),  # count 5 -> the next bucket, num_anchors
+        ((4, 16), [[1] * 40], 16),  # more valid anchors than num_anchors: capped
+    ],
+)
+def test_the_run_policy_sets_the_anchor_width_from_the_loss_masks(
+    anchor_buckets, masks, width
+) -> None:
+    from specdraft.collate import ANCHOR_WIDTH, ShapePolicy, anchor_counts
+
+    rows = []
+    for i, mask in enumerate(masks):
+        row = sample(len(mask) + 2, i)
+        row["loss_mask"] = torch.tensor([*mask, 0, 0])
+        rows.append(row)
+    policy = ShapePolicy.from_parts(
+        static_shapes=anchor_buckets is not None,
+        max_length=128,
+        num_anchors=16,
+        anchor_buckets=anchor_buckets,
+    )
+    batch = DataCollatorWithPadding(pad_to=policy)(rows)
+    assert batch[ANCHOR_WIDTH] == width
+    counts = anchor_counts(batch["loss_mask"])
+    assert counts == [sum(a and b for a, b in zip(m, [*m[1:], 0], strict=True)) for m in masks]

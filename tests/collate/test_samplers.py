@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdraft.collate import MicroBatchSampler, resolve_static_length
+from specdraft.collate.samplers import SamplerStateMismatch
 
 BUCKETS = (128, 256, 512, 1024)
 MODES = {
@@ -179,6 +180,37 @@ def test_resume_with_other_sizes_is_refused() -> None:
         other.load_state_dict(state)
 
 
+def test_a_refused_resume_names_the_config_field_and_the_override() -> None:
+    lengths = list(range(100, 140))
+    args = {"micro_batch_size": 2, "grad_accum_steps": 1, "bucket_synchronized": True}
+    state = MicroBatchSampler(lengths, pad_to=(128, 256), **args).state_dict()
+    other = MicroBatchSampler(lengths, pad_to=(256,), **args)
+    with pytest.raises(SamplerStateMismatch) as caught:
+        other.load_state_dict(state)
+    assert caught.value.fields == ["training.static_shape_buckets"]
+    assert "training.static_shape_buckets: checkpoint [128, 256], now [256]" in str(caught.value)
+    assert "--allow-changed training.static_shape_buckets" in str(caught.value)
+
+
+def test_an_allowed_change_continues_after_the_samples_consumed() -> None:
+    lengths = list(range(1, 41))
+    first = MicroBatchSampler(lengths, micro_batch_size=2, grad_accum_steps=1, num_replicas=2)
+    state = first.state_dict(consumed=5)  # 5 micro-batches of 2 on each of 2 ranks: 20 samples
+    resumed = MicroBatchSampler(lengths, micro_batch_size=4, grad_accum_steps=2, seed=1)
+    resumed.load_state_dict(
+        state,
+        allow_changed=[
+            "training.micro_batch_size",
+            "training.grad_accum_steps",
+            "deployment.world_size",
+            "training.seed",
+        ],
+    )
+    # 20 samples are 5 micro-batches of 4 on one rank, rounded down to a whole window of 2.
+    assert (resumed.epoch, resumed.position) == (0, 4)
+    assert len(list(resumed)) == len(resumed) - 4
+
+
 def test_bucket_synchronization_needs_buckets_that_fit() -> None:
     with pytest.raises(ValueError, match="tuple of shape buckets"):
         MicroBatchSampler([5], micro_batch_size=1, grad_accum_steps=1, bucket_synchronized=True)
@@ -203,7 +235,7 @@ def test_sampler_from_config_follows_the_run_config() -> None:
     from pathlib import Path
 
     from specdraft.collate import sampler_from_config
-    from specdraft.config import load_config
+    from specdraft.config import ShapePolicy, load_config
 
     example = Path(__file__).resolve().parents[2] / "examples" / "qwen3-8b-dflash2-2048.toml"
     config = load_config(
@@ -211,7 +243,11 @@ def test_sampler_from_config_follows_the_run_config() -> None:
         ("data.bucket_synchronized=true", "training.micro_batch_size=3", "training.seed=7"),
     )
     lengths = [(37 * i) % 2048 + 1 for i in range(200)]
-    samplers = [sampler_from_config(config, lengths, num_replicas=2, rank=r) for r in range(2)]
+    shapes = ShapePolicy.from_config(config)
+    samplers = [
+        sampler_from_config(config, lengths, num_replicas=2, rank=r, shapes=shapes)
+        for r in range(2)
+    ]
     plans = [list(s) for s in samplers]
     assert sorted(i for plan in plans for batch in plan for i in batch) == list(range(200))
     assert max(len(batch) for plan in plans for batch in plan) == 3
@@ -227,4 +263,7 @@ def test_sampler_from_config_follows_the_run_config() -> None:
     reseeded = load_config(
         example, ("data.bucket_synchronized=true", "training.micro_batch_size=3")
     )
-    assert list(sampler_from_config(reseeded, lengths, num_replicas=2, rank=0)) != plans[0]
+    resampled = sampler_from_config(
+        reseeded, lengths, num_replicas=2, rank=0, shapes=ShapePolicy.from_config(reseeded)
+    )
+    assert list(resampled) != plans[0]

@@ -9,7 +9,7 @@ from config_cases import BASE, position_of, replace_once
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdraft.config import effective_buckets_from, load_config, static_lengths
+from specdraft.config import ShapePolicy, effective_buckets_from, load_config
 from specdraft.config.lint import lint_text
 from specdraft.config.report import ExitCode
 
@@ -159,8 +159,9 @@ def test_effective_buckets_cases():
 def test_static_lengths_without_buckets_is_max_length(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text(replace_once(BASE, f"\n{BUCKETS}", ""))
-    assert static_lengths(load_config(path)) == (2048,)
-    assert static_lengths(load_config(path, ["training.static_shapes=false"])) is None
+    assert ShapePolicy.from_config(load_config(path)).lengths == (2048,)
+    dynamic = load_config(path, ["training.static_shapes=false"])
+    assert ShapePolicy.from_config(dynamic).lengths == ()
 
 
 _valid_buckets = st.integers(1, 64).flatmap(
@@ -210,3 +211,117 @@ def test_random_bucket_lists_are_accepted_exactly_when_the_rules_hold(buckets, m
     assert status == ExitCode.CLEAN
     appended = bool(buckets) and buckets[-1] != max_length
     assert [f.code for f in findings] == (["SD210"] if appended else [])
+
+
+# ------------------------------------------------------------------------- anchor-count buckets
+
+ANCHORS = "num_anchors = 512\nstatic_anchor_buckets = [64, 256, 512]"
+
+
+def _with_anchors(buckets: str) -> str:
+    return BASE + ANCHORS.replace("[64, 256, 512]", buckets) + "\n"
+
+
+def test_anchor_buckets_ending_at_num_anchors_are_clean():
+    assert _lint(_with_anchors("[64, 256, 512]")) == ([], ExitCode.CLEAN)
+
+
+@pytest.mark.parametrize(("buckets", "bad"), [("[0, 512]", "0"), ("[-8, 512]", "-8")])
+def test_anchor_bucket_must_be_positive(buckets, bad):
+    text = _with_anchors(buckets)
+    finding = _only(_lint(text)[0], "SD213")
+    assert (finding.line, finding.col) == position_of(text, bad, after="anchor_buckets = ")
+    assert finding.key == "training.static_anchor_buckets[0]"
+
+
+@pytest.mark.parametrize(("buckets", "occurrence"), [("[256, 64, 512]", 0), ("[64, 64]", 1)])
+def test_anchor_buckets_must_strictly_increase(buckets, occurrence):
+    text = _with_anchors(buckets)
+    finding = _only(_lint(text)[0], "SD214")
+    assert (finding.line, finding.col) == position_of(
+        text, "64", occurrence, after="anchor_buckets = ["
+    )
+    assert "strictly increasing" in finding.message
+
+
+def test_anchor_bucket_above_num_anchors_is_rejected_at_the_element():
+    text = _with_anchors("[64, 1024]")
+    finding = _only(_lint(text)[0], "SD215")
+    assert (finding.line, finding.col) == position_of(text, "1024", after="anchor_buckets = ")
+    assert finding.key == "training.static_anchor_buckets[1]"
+    assert "num_anchors = 512" in finding.message and "raise num_anchors" in finding.message
+
+
+def test_anchor_buckets_require_static_shapes():
+    text = replace_once(_with_anchors("[64, 512]"), f"static_shapes = true\n{BUCKETS}", "")
+    finding = _only(_lint(text)[0], "SD216")
+    assert (finding.line, finding.col) == position_of(text, "[64, 512]")
+    assert "static_shapes = true" in finding.message
+
+
+def test_missing_num_anchors_is_appended_with_a_note(tmp_path):
+    text = _with_anchors("[64, 256]")
+    findings, status = _lint(text)
+    note = _only(findings, "SD217")
+    assert status == ExitCode.CLEAN and note.severity == "note"
+    assert "[64, 256, 512]" in note.message
+    assert (note.line, note.col) == position_of(text, "[64, 256]")
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    shapes = ShapePolicy.from_config(load_config(path))
+    assert shapes.anchor_widths == (64, 256, 512) and shapes.anchors_appended
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.lists(st.integers(-5, 600), max_size=5),
+    st.integers(1, 512),
+    st.booleans(),
+)
+def test_random_anchor_buckets_are_accepted_exactly_when_the_rules_hold(buckets, num, static):
+    text = BASE + f"num_anchors = {num}\nstatic_anchor_buckets = {buckets}\n"
+    if not static:
+        text = replace_once(text, f"static_shapes = true\n{BUCKETS}", "")
+    findings, status = _lint(text)
+    valid = (
+        all(b > 0 for b in buckets)
+        and all(a < b for a, b in pairwise(buckets))
+        and all(b <= num for b in buckets)
+        and (static or not buckets)
+    )
+    if not valid:
+        assert status == ExitCode.FINDINGS
+        assert {f.code for f in findings} <= {"SD213", "SD214", "SD215", "SD216"}
+        return
+    assert status == ExitCode.CLEAN
+    appended = bool(buckets) and buckets[-1] != num
+    assert [f.code for f in findings] == (["SD217"] if appended else [])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(1, 64), unique=True, max_size=4).map(sorted),
+    st.integers(0, 100),
+    st.booleans(),
+)
+def test_the_anchor_width_is_the_smallest_that_holds_the_count(buckets, count, static):
+    num_anchors = 64
+    shapes = ShapePolicy.from_parts(
+        static_shapes=static,
+        max_length=1024,
+        num_anchors=num_anchors,
+        anchor_buckets=buckets if static else None,
+    )
+    width = shapes.anchor_width(count)
+    need = min(count, num_anchors)
+    if not static:
+        # Pad-to-longest: exactly the batch's largest count (one masked block for none).
+        assert width == max(1, need)
+        assert shapes.grid == ()
+        return
+    assert width in shapes.anchor_widths and width >= need
+    assert all(w < need for w in shapes.anchor_widths if w < width)
+    assert shapes.anchor_widths[-1] == num_anchors
+    if not buckets:
+        assert width == num_anchors  # static without anchor buckets keeps num_anchors
+    assert len(shapes.grid) == len(shapes.lengths) * len(shapes.anchor_widths)

@@ -15,6 +15,10 @@ RANGES = {
     "bucket_sync_without_buckets": "SD2",
     "recompile_check_without_compile": "SD2",
     "fp8_needs_fsdp2": "SD2",
+    "anchor_bucket_not_positive": "SD2",
+    "anchor_bucket_not_increasing": "SD2",
+    "anchor_bucket_above_num_anchors": "SD2",
+    "anchor_buckets_without_static": "SD2",
     "layer_id_negative": "SD3",
     "layer_id_duplicate": "SD3",
     "selector_gold_policy_missing": "SD3",
@@ -22,6 +26,8 @@ RANGES = {
     "block_too_small": "SD3",
     "features_with_disaggregated": "SD4",
     "watermark_below_window": "SD4",
+    # A schema-wide bound (every `le` constraint), reported like the other schema errors.
+    "above_limit": "SD1",
 }
 
 
@@ -51,6 +57,8 @@ def test_pydantic_error_types_map_to_schema_codes():
         assert code_for(error_type).code == "SD103"
     assert code_for("literal_error").code == "SD104"
     assert code_for("greater_than").code == "SD105"
+    assert code_for("finite_number").code == "SD105"
+    assert code_for("int_parsing_size").code == "SD105"
     assert code_for("too_short").code == "SD106"
     assert code_for("string_pattern_mismatch").code == "SD107"
     assert code_for("something_new").code == "SD199"

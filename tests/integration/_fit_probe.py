@@ -79,6 +79,7 @@ def fit_runs(
                     "grad_norm": [r.metrics["grad_norm"] for r in result.history],
                     "loss_weight": [r.metrics["loss_weight"] for r in result.history],
                     "pad_lengths": [r.metrics.get("data/pad_lengths") for r in result.history],
+                    "anchor_widths": [r.metrics.get("data/anchor_widths") for r in result.history],
                     "reduce_scatters": calls[0] - before,
                     "steps": result.final_step,
                     "compile_graphs": result.compile_graphs,

@@ -8,6 +8,9 @@ the losses must match it as closely as the embedded store's run does.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from _disaggregated_runs import (
     COUNTERS,
@@ -20,6 +23,10 @@ from _disaggregated_runs import (
     train,
 )
 
+# The system checks the Mooncake store tests share (they live among the trainer tests).
+sys.path.append(str(Path(__file__).resolve().parents[1] / "trainer"))
+from _system_support import require_mooncake, require_namespace_tools
+
 pytestmark = [pytest.mark.distributed, pytest.mark.mooncake, pytest.mark.slow]
 
 LOSS_RTOL = 1e-4
@@ -28,7 +35,9 @@ LOSS_RTOL = 1e-4
 def test_a_managed_run_on_mooncake_matches_the_offline_path(tmp_path, tmp_path_factory):
     from specdraft.trainer.disagg.ledger import trained_sample_counts
 
-    pytest.importorskip("mooncake.store", reason="mooncake-transfer-engine is not installed")
+    # A missing package fails with the command that installs it (make setup installs them).
+    require_mooncake()
+    require_namespace_tools()
     problem = namespace_problem()
     if problem:
         pytest.skip(problem)

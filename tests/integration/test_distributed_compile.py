@@ -1,5 +1,6 @@
-"""Compiled draft blocks with shape buckets: exactly the planned graphs, no compile in training,
-and clear errors when a limit or a shape goes outside the plan.
+"""Compiled draft blocks with shape buckets (and anchor buckets): exactly the planned graphs of the
+length x anchor-width grid, no compile in training, and clear errors when a limit or a shape goes
+outside the plan.
 
 Each probe runs in a fresh process (Dynamo's caches and counters are per process). The Inductor
 cache under build/ makes a repeat run take seconds; a cold one compiles 6-9 small graphs.
@@ -10,7 +11,7 @@ from __future__ import annotations
 import pytest
 from _backend_runs import run_probe, write_config, write_conversations
 
-from specdraft.config import compile_plan, load_config
+from specdraft.config import ShapePolicy, load_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.compile]
 
@@ -22,6 +23,28 @@ COMPILED = {
 }
 
 
+# 2 lengths (128, max_length 256) x 2 anchor widths (72, num_anchors 128): the short replies have
+# 15-69 valid anchors and fit 128 tokens, the long ones 160-239 anchors, so training meets both
+# lengths and both widths.
+GRID = {
+    "max_length": 256,
+    "static_shape_buckets": [128],
+    "num_anchors": 128,
+    "static_anchor_buckets": [72],
+    "compile_blocks": True,
+    "fail_on_recompile": True,
+}
+
+
+def compile_plan(config):
+    """The plan of the config's own shape policy, as the run assembly builds it."""
+    return ShapePolicy.from_config(config).compile_plan(
+        compile_blocks=config.training.compile_blocks,
+        with_eval=bool(config.data.eval_paths),
+        num_blocks=config.model.num_draft_layers,
+    )
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Short and long conversations, shared by every probe of this module."""
@@ -30,21 +53,30 @@ def data(tmp_path_factory):
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("backend", ["fsdp1", "fsdp2"])
-def test_three_buckets_compile_the_planned_graphs_before_step_one(tmp_path, data, backend):
-    config = write_config(tmp_path, data, eval_samples=2, **COMPILED)
+def test_the_length_x_anchor_grid_compiles_the_planned_graphs_before_step_one(
+    tmp_path, data, backend
+):
+    config = write_config(tmp_path, data, eval_samples=2, **GRID)
     plan = compile_plan(load_config(config))
-    # Per shape: the first block's input without grad, the second's with grad, and the no-grad
-    # evaluation forward; all blocks share one code object.
-    assert (plan.num_shapes, plan.graphs_per_shape) == (3, 3)
+    # Per length: 2 widths x (first block without grad, second with) + the no-grad evaluation
+    # forward at num_anchors slots = 5; 2 lengths = 10 graphs, all built by the warm-up.
+    # This grid replaces the earlier three-length test on both backends: it covers several
+    # lengths with evaluation on (FSDP1 once failed tracing the next shape after a warm-up
+    # backward left sharded gradients on its flat parameter) and adds the anchor dimension,
+    # for the price of one cold compile per backend instead of two.
+    assert (plan.num_shapes, plan.num_widths, plan.graphs_per_block) == (2, 2, 10)
 
-    # FSDP1 once failed here: tracing the next shape after a warm-up backward left sharded
-    # gradients on the flat parameter its blocks' parameters are views of.
     (run,) = run_probe(2, config, [[f"training.backend={backend}"]])
 
     assert "error" not in run, run
     assert run["compile_graphs"] == plan.graphs_per_block
     assert run["recompiles_after_warmup"] == 0
     assert run["compile_metrics"] == [[plan.graphs_per_block, 0]] * run["steps"]
+    # Training really used both lengths and both widths, each micro-batch a planned cell.
+    lengths = {n for step in run["pad_lengths"] for n in step}
+    widths = {w for step in run["anchor_widths"] for w in step}
+    assert lengths == {128, 256}
+    assert widths == {72, 128}
 
 
 def test_a_limit_below_the_plan_fails_with_the_numbers(tmp_path, data):

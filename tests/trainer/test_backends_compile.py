@@ -109,7 +109,7 @@ def test_a_limit_hit_names_the_limit_and_the_plan():
             compiled(torch.ones(2, length))
     message = str(raised.value)
     assert "torch._dynamo.config.recompile_limit = 2" in message
-    assert "needs 6 graphs per block class (3 static shape(s) x 2)" in message
+    assert "needs 6 graphs per block class (3 length(s) x 2 = 6)" in message
     assert "training.static_shape_buckets" in message
 
 

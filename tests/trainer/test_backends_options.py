@@ -1,5 +1,5 @@
-"""BackendOptions from the config: the bucket count reaches the backend only with compile_blocks,
-the backend's compile plan is the one `--dry-run` prints, dtypes, and where fp8 is refused."""
+"""BackendOptions from the config: the backend holds the run's one ShapePolicy, its compile plan
+counts the (length x anchor width) grid the `--dry-run` prints, dtypes, and where fp8 is refused."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdraft.config import compile_plan, static_lengths, validate_config
+from specdraft.config import ShapePolicy, validate_config
 from specdraft.trainer.backends import (
     Fp8Unavailable,
     backend_options_from_config,
@@ -25,6 +25,7 @@ def make_config(
     max_length: int = 1024,
     static_shapes: bool = True,
     buckets: list[int] | None = None,
+    anchor_buckets: list[int] | None = None,
     compile_blocks: bool = False,
     layers: int = 2,
     with_eval: bool = False,
@@ -47,6 +48,8 @@ def make_config(
             "training": {
                 "static_shapes": static_shapes,
                 "static_shape_buckets": buckets,
+                "static_anchor_buckets": anchor_buckets,
+                "num_anchors": 64,
                 "compile_blocks": compile_blocks,
                 **training,
             },
@@ -61,10 +64,12 @@ def run_settings(draw):
     static = draw(st.booleans())
     below = [128 * k for k in range(1, max_length // 128)]
     buckets = sorted(draw(st.sets(st.sampled_from(below), max_size=4))) if static and below else []
+    anchors = sorted(draw(st.sets(st.integers(1, 64), max_size=3))) if static else []
     return {
         "max_length": max_length,
         "static_shapes": static,
         "buckets": buckets or None,
+        "anchor_buckets": anchors or None,
         "compile_blocks": draw(st.booleans()),
         "layers": draw(st.integers(1, 4)),
         "with_eval": draw(st.booleans()),
@@ -73,24 +78,36 @@ def run_settings(draw):
 
 @settings(max_examples=60, deadline=None)
 @given(run_settings())
-def test_the_bucket_count_reaches_the_backend_only_with_compile_blocks(case):
+def test_the_backend_holds_the_runs_one_shape_policy(case):
     config = make_config(**case)
-    options = backend_options_from_config(config, CPU)
-    lengths = static_lengths(config)
-    if case["compile_blocks"] and lengths:
-        assert options.compile_shape_buckets == len(lengths)
+    shapes = ShapePolicy.from_config(config)
+    options = backend_options_from_config(config, CPU, shapes=shapes)
+    assert options.shapes is shapes
+    assert options.compile_blocks == case["compile_blocks"]
+    plan = options.compile_plan(case["layers"])
+    if case["compile_blocks"] and case["static_shapes"]:
+        # Graphs = lengths x (widths x grad variants + eval): the grid, counted exactly.
+        train = 2 if case["layers"] > 1 else 1
+        per_length = len(shapes.anchor_widths) * train + int(case["with_eval"])
+        assert plan.graphs_per_block == len(shapes.lengths) * per_length
+        assert plan.num_cells == len(shapes.grid)
     else:
         # Bucket padding alone needs nothing from the backend.
-        assert options.compile_shape_buckets == 0
-    assert options.compile_blocks == case["compile_blocks"]
+        assert plan.graphs_per_block == 0
 
 
 @settings(max_examples=60, deadline=None)
 @given(run_settings())
 def test_the_backend_compiles_with_the_plan_dry_run_prints(case):
     config = make_config(**case)
-    options = backend_options_from_config(config, CPU)
-    assert options.compile_plan(case["layers"]) == compile_plan(config)
+    shapes = ShapePolicy.from_config(config)
+    options = backend_options_from_config(config, CPU, shapes=shapes)
+    printed = shapes.compile_plan(
+        compile_blocks=config.training.compile_blocks,
+        with_eval=bool(config.data.eval_paths),
+        num_blocks=config.model.num_draft_layers,
+    )
+    assert options.compile_plan(case["layers"]) == printed
 
 
 @pytest.mark.parametrize("buckets", [1, 2, 3, 4, 5, 8])
@@ -98,12 +115,12 @@ def test_the_recompile_limit_covers_every_graph_the_run_builds(buckets):
     # Training alone reproduces the reference note's 2 x buckets + 4; evaluation adds one no-grad
     # graph per shape, which 2 x buckets + 4 would not cover from 5 buckets on.
     lengths = [128 * k for k in range(1, buckets)]
-    train = compile_plan(
+    train = plan_of(
         make_config(max_length=128 * buckets, buckets=lengths or None, compile_blocks=True)
     )
     assert train.num_shapes == buckets
     assert train.recompile_limit == 2 * buckets + 4
-    evaluated = compile_plan(
+    evaluated = plan_of(
         make_config(
             max_length=128 * buckets, buckets=lengths or None, compile_blocks=True, with_eval=True
         )
@@ -113,8 +130,28 @@ def test_the_recompile_limit_covers_every_graph_the_run_builds(buckets):
 
 
 def test_one_block_drafts_trace_once_per_shape_in_training():
-    plan = compile_plan(make_config(buckets=[256, 512], compile_blocks=True, layers=1))
+    plan = plan_of(make_config(buckets=[256, 512], compile_blocks=True, layers=1))
     assert (plan.num_shapes, plan.graphs_per_shape) == (3, 1)
+
+
+def test_anchor_widths_multiply_the_training_graphs_but_not_evaluation():
+    config = make_config(
+        buckets=[512], anchor_buckets=[16], compile_blocks=True, layers=2, with_eval=True
+    )
+    plan = plan_of(config)
+    # 2 lengths x (2 widths x 2 grad variants + 1 eval forward at num_anchors) = 10.
+    assert (plan.num_shapes, plan.num_widths, plan.graphs_per_block) == (2, 2, 10)
+    assert plan.recompile_limit == 14
+    assert "2 length(s) x (2 width(s) x 2 + 1) = 10" in plan.describe()
+
+
+def plan_of(config):
+    """The compile plan of a config's own shape policy and settings."""
+    return ShapePolicy.from_config(config).compile_plan(
+        compile_blocks=config.training.compile_blocks,
+        with_eval=bool(config.data.eval_paths),
+        num_blocks=config.model.num_draft_layers,
+    )
 
 
 @pytest.mark.parametrize(
@@ -132,19 +169,22 @@ def test_parameter_dtype(setting, device, expected):
 
 def test_gradients_are_reduced_in_fp32_whatever_the_compute_dtype():
     config = make_config(mixed_precision="bf16")
-    options = backend_options_from_config(config, CPU)
+    options = backend_options_from_config(config, CPU, shapes=ShapePolicy.from_config(config))
     assert (options.param_dtype, options.reduce_dtype) == (torch.bfloat16, torch.float32)
 
 
 def test_fp8_is_refused_on_cpu_with_the_fix():
-    options = backend_options_from_config(make_config(backend="fsdp2", fp8_linear=True), CPU)
+    config = make_config(backend="fsdp2", fp8_linear=True)
+    options = backend_options_from_config(config, CPU, shapes=ShapePolicy.from_config(config))
     with pytest.raises(Fp8Unavailable, match=r"needs a CUDA device.*set fp8_linear = false"):
         check_fp8_supported(options)
 
 
 def test_fp8_is_refused_off_fsdp2_even_on_cuda():
     config = make_config(backend="fsdp2", fp8_linear=True)
-    options = backend_options_from_config(config, torch.device("cuda"))
+    options = backend_options_from_config(
+        config, torch.device("cuda"), shapes=ShapePolicy.from_config(config)
+    )
     fsdp1 = type(options)(**{**options.__dict__, "backend": "fsdp1"})
     with pytest.raises(Fp8Unavailable, match=r"training\.backend = 'fsdp2'"):
         check_fp8_supported(fsdp1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -33,7 +34,12 @@ from specdraft.trainer.disagg import (
     read_sample,
     sample_key,
 )
-from specdraft.trainer.disagg.http_json import JsonServer
+from specdraft.trainer.disagg.http_json import (
+    SECRET_ENV,
+    JsonServer,
+    read_run_secret,
+    run_secret_path,
+)
 from specdraft.trainer.disagg.protocol import (
     reply_from_json,
     reply_to_json,
@@ -287,7 +293,10 @@ mode = "disaggregated"
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={
+            **{k: v for k, v in os.environ.items() if k != SECRET_ENV},
+            "PYTHONUNBUFFERED": "1",
+        },
     )
     try:
         line = proc.stdout.readline()
@@ -296,13 +305,19 @@ mode = "disaggregated"
         )
         url = line.split()[-1]
         spec = capture_spec([1, 0], 64, algorithm="dspark")
-        reply = HttpCaptureClient(url, spec).capture(
-            CaptureRequest("clirun", 0, 0, PROMPT, MASK), timeout=60
-        )
-        store = LocalFeatureStore(tmp_path / "run" / "feature-store")
+        # The command made the run folder private and its secret, and serves only with it.
+        run_dir = tmp_path / "run"
+        assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+        assert stat.S_IMODE(run_secret_path(run_dir).stat().st_mode) == 0o600
+        secret = read_run_secret(run_dir)
+        request = CaptureRequest("clirun", 0, 0, PROMPT, MASK)
+        with pytest.raises(CaptureRejected, match="401"):
+            HttpCaptureClient(url, spec).capture(request, timeout=60)
+        reply = HttpCaptureClient(url, spec, secret=secret).capture(request, timeout=60)
+        store = LocalFeatureStore(run_dir / "feature-store")
         assert read_sample(store, reply)["target_last_hidden_states"].shape == (len(PROMPT), 64)
         with pytest.raises(CaptureRejected, match="413"):  # --set reached the server
-            HttpCaptureClient(url, spec).capture(
+            HttpCaptureClient(url, spec, secret=secret).capture(
                 CaptureRequest("clirun", 1, 0, [1] * 65, [1] * 65), timeout=60
             )
     finally:

@@ -118,6 +118,19 @@ def test_lost_objects_withdraw_a_published_window_until_recaptured():
     assert state.steps[0].slots[2].ref is None and state.steps[0].slots[1].ref is not None
 
 
+def test_an_evicted_window_goes_back_to_uncaptured_and_gets_fresh_attempts():
+    records = [
+        *_publish(0, [1, 2]),
+        {"ev": "evict", "step": 0, "epoch": 0, "window": 0},
+    ]
+    state = replay(records)
+    assert state.steps[0].published is None and not state.steps[0].slots
+    assert not state.steps[0].delivered  # an ack for it is refused until it is published again
+    assert not state.is_trained(0)
+    # Its objects stay "live" until removed; its next capture is a new attempt.
+    assert {(1, 0), (2, 0)} <= state.live and state.next_attempt == {1: 1, 2: 1}
+
+
 # ----------------------------------------------------------------- replay == live, exactly once
 
 
@@ -136,14 +149,17 @@ def _consume(producer, world_size, steps):
     failures=st.sets(st.tuples(st.integers(0, 11), st.integers(0, 1)), max_size=6),
     checkpoint=st.integers(0, 6),
     crash_after=st.integers(0, 6),
+    watermark_windows=st.integers(1, 3),
 )
 def test_replayed_ledger_equals_the_live_state_and_trains_every_sample_once(
-    tmp_path_factory, tiny_qwen3_target, failures, checkpoint, crash_after
+    tmp_path_factory, tiny_qwen3_target, failures, checkpoint, crash_after, watermark_windows
 ):
-    """Whatever fails and wherever the trainer restarts from, the ledger alone reproduces the
+    """Whatever fails, wherever the trainer restarts from and whatever the watermark (a small
+    one makes the resume evict windows captured ahead), the ledger alone reproduces the
     producer's state, and the acknowledged windows hold each sample once per epoch."""
     run_dir = tmp_path_factory.mktemp("run")
-    cfg = runtime_config(tiny_qwen3_target.path, run_dir, disaggregated={"capture_max_retries": 3})
+    dis = {"capture_max_retries": 3, "high_watermark": 8 * watermark_windows}
+    cfg = runtime_config(tiny_qwen3_target.path, run_dir, disaggregated=dis)
     prompts = make_prompts(12)
     index = {p.sample_id: i for i, p in enumerate(prompts)}
     total = plan_prompts(cfg, prompts).total_steps

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from _disagg_support import build_random_target, make_config, reference_features
+from _system_support import require_mooncake, require_namespace_tools
 
 from specdraft.config import MooncakeConfig
 from specdraft.trainer.disagg import (
@@ -58,7 +59,9 @@ def _unshare_problem() -> str | None:
 @pytest.mark.slow
 @pytest.mark.skipif(IN_NETNS, reason="this is the wrapper; its body runs outside the namespace")
 def test_mooncake_store_in_a_network_namespace():
-    pytest.importorskip("mooncake.store", reason="mooncake-transfer-engine is not installed")
+    # A missing package fails with the command that installs it (make setup installs them).
+    require_mooncake()
+    require_namespace_tools()
     problem = _unshare_problem()
     if problem:
         pytest.skip(problem)

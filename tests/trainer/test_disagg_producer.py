@@ -24,7 +24,8 @@ from _disagg_runtime import (
     write_prompts_jsonl,
 )
 
-from specdraft.collate import pad_policy_from_config, resolve_static_length
+from specdraft.collate import resolve_static_length
+from specdraft.config import ShapePolicy
 from specdraft.trainer.disagg import producer_main
 from specdraft.trainer.disagg.local_store import LocalFeatureStore
 from specdraft.trainer.disagg.prompts import Prompt
@@ -176,7 +177,8 @@ def test_the_window_source_collates_with_the_runs_static_buckets(tiny_qwen3_targ
         training={"static_shapes": True, "static_shape_buckets": [128]},
         data={"max_length": 256},
     )
-    pad_to = pad_policy_from_config(cfg)
+    shapes = ShapePolicy.from_config(cfg)
+    pad_to = shapes.pad_to
     assert pad_to == (128, 256)
     store = LocalFeatureStore(local_store_root(tmp_path))
     prompts = make_prompts(13, longest=200)
@@ -197,7 +199,7 @@ def test_the_window_source_collates_with_the_runs_static_buckets(tiny_qwen3_targ
             source = WindowBatchSource(
                 rt.client(rank),
                 store,
-                builder=BatchBuilder(pad_to=pad_to, shape=shape),
+                builder=BatchBuilder(shapes=shapes, shape=shape),
                 grad_accum_steps=2,
             )
             assert source.micro_batches_per_epoch() == 2 * rt.producer.plan.windows_per_epoch

@@ -50,14 +50,15 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize(("algorithm", "flag"), [("dflash2", "DFLASH"), ("dspark", "DSPARK")])
-def test_the_launch_command_asks_sglang_for_the_tapped_layers(tmp_path, algorithm, flag):
+def test_the_launch_command_asks_sglang_0_5_23_for_the_tapped_layers(tmp_path, algorithm, flag):
     cfg = make_config(
         Path("/models/qwen3-8b"),
         tmp_path,
         algorithm=algorithm,
+        layer_ids=(9, 1, 17),
         disaggregated={"capture": "sglang", "sglang_args": ["--tp-size", "2"]},
     )
-    cmd = sglang_command(cfg, port=31000)
+    cmd = sglang_command(cfg, port=31000, interface="0.5.23")
     assert cmd[:3] == [sys.executable, "-m", "sglang.launch_server"]
     joined = " ".join(cmd)
     assert "--model-path /models/qwen3-8b --host 127.0.0.1 --port 31000" in joined
@@ -68,9 +69,32 @@ def test_the_launch_command_asks_sglang_for_the_tapped_layers(tmp_path, algorith
     ):
         assert needed in cmd
     assert cmd[cmd.index("--speculative-algorithm") + 1] == flag
+    # The layers, ascending: the order SGLang returns them in whatever it is given.
+    assert "--return-aux-hidden-state-layer-ids 1 9 17 --tp-size 2" in joined
     # The user's sglang_args come last, so they can override anything before them.
     assert cmd[-2:] == ["--tp-size", "2"]
-    assert sglang_command(cfg, port=1, module="my.stub")[:3] == [sys.executable, "-m", "my.stub"]
+    assert sglang_command(cfg, port=1, module="my.stub", interface="0.5.23")[:3] == [
+        sys.executable,
+        "-m",
+        "my.stub",
+    ]
+
+
+@pytest.mark.parametrize("algorithm", ["dflash2", "dspark"])
+def test_the_later_interface_names_the_capture_without_a_speculative_algorithm(tmp_path, algorithm):
+    cfg = make_config(
+        Path("/m"),
+        tmp_path,
+        algorithm=algorithm,
+        layer_ids=(3, 1),
+        disaggregated={"capture": "sglang", "sglang_interface": "aux-capture"},
+    )
+    cmd = sglang_command(cfg, port=1)  # forced by the config: nothing is detected
+    joined = " ".join(cmd)
+    method = {"dflash2": "dflash", "dspark": "dspark"}[algorithm]
+    assert f"--aux-hidden-state-capture {method} --aux-hidden-state-layer-ids 1 3" in joined
+    assert "--speculative-algorithm" not in cmd
+    assert "--enable-return-aux-hidden-states" not in cmd
 
 
 # ------------------------------------------------------ the managed launcher, with the stub
@@ -84,11 +108,7 @@ def test_managed_launch_serves_captures_through_the_sglang_api(target, tmp_path)
         target,
         tmp_path,
         layer_ids=layer_ids,
-        disaggregated={
-            "capture": "sglang",
-            "sglang_args": ["--aux-hidden-state-layer-ids", "2", "0"],
-            "health_timeout_s": 120,
-        },
+        disaggregated={"capture": "sglang", "health_timeout_s": 120},
     )
     log = tmp_path / "logs" / "sglang.log"
     store = LocalFeatureStore(tmp_path / "fs")
@@ -112,11 +132,38 @@ def test_managed_launch_serves_captures_through_the_sglang_api(target, tmp_path)
 
 @pytest.mark.slow
 def test_a_server_that_exits_fails_the_launch_with_its_log_tail(target, tmp_path):
-    # Without layer ids the stub exits at once, like SGLang on a bad flag.
-    cfg = make_config(target, tmp_path, disaggregated={"capture": "sglang"})
+    # A draft path: the stub refuses it at once, as SGLang's validation hook does.
+    cfg = make_config(
+        target,
+        tmp_path,
+        disaggregated={
+            "capture": "sglang",
+            "sglang_args": ["--speculative-draft-model-path", "/models/draft"],
+        },
+    )
     server = ManagedSGLang(cfg, port=_free_port(), log_path=tmp_path / "s.log", module=STUB)
-    with pytest.raises(ServiceError, match=r"exited with code 1(.|\n)*aux-hidden-state-layer-ids"):
+    with pytest.raises(ServiceError, match=r"exited with code 1(.|\n)*speculative-draft-model"):
         server.start()
+
+
+@pytest.mark.slow
+def test_the_launcher_detects_the_later_interface_of_the_stub(target, tmp_path, monkeypatch):
+    # The stub speaks the post-0.5.23 flags; the launcher must find that out by itself.
+    monkeypatch.setenv("SPECDRAFT_SGLANG_STUB_INTERFACE", "aux-capture")
+    cfg = make_config(
+        target,
+        tmp_path,
+        layer_ids=(2, 0),
+        disaggregated={"capture": "sglang", "health_timeout_s": 120},
+    )
+    log = tmp_path / "sglang.log"
+    with ManagedSGLang(cfg, port=_free_port(), log_path=log, module=STUB) as server:
+        assert "--aux-hidden-state-capture" in server.command
+        client = SGLangCaptureClient(
+            server.url, capture_spec((2, 0), 64, algorithm="dflash2"), LocalFeatureStore(tmp_path)
+        )
+        reply = client.capture(CaptureRequest("testrun", 1, 0, PROMPT, MASK), timeout=60)
+    assert reply.sample_id == 1
 
 
 def test_a_service_that_never_gets_healthy_times_out_and_is_stopped(tmp_path):
@@ -144,7 +191,9 @@ def test_dspark_capture_takes_the_final_state_after_the_layers(
 ):
     store = LocalFeatureStore(tmp_path)
     spec = capture_spec([0, 2], 64, algorithm="dspark")
-    with SGLangStub(stub_target, model_path=str(target), speculative_algorithm="DSPARK") as stub:
+    with SGLangStub(
+        stub_target, model_path=str(target), speculative_algorithm="DSPARK", final_state=True
+    ) as stub:
         reply = SGLangCaptureClient(stub.url, spec, store, dtype=dtype).capture(
             CaptureRequest("testrun", 1, 3, PROMPT, MASK), timeout=60
         )
@@ -159,14 +208,40 @@ def test_dspark_capture_takes_the_final_state_after_the_layers(
 def test_dspark_refuses_a_server_that_returns_only_the_layers(target, stub_target, tmp_path):
     store = LocalFeatureStore(tmp_path)
     spec = capture_spec([0, 2], 64, algorithm="dspark")
+    # Stock SGLang with --speculative-algorithm DSPARK: the tapped layers only.
     with (
-        SGLangStub(stub_target, model_path=str(target), speculative_algorithm="DFLASH") as stub,
-        pytest.raises(CaptureMismatch, match="final hidden state"),
+        SGLangStub(stub_target, model_path=str(target), speculative_algorithm="DSPARK") as stub,
+        pytest.raises(CaptureMismatch, match=r"final hidden state(.|\n)*specdraft-sglang-plugin"),
     ):
         SGLangCaptureClient(stub.url, spec, store).capture(
             CaptureRequest("testrun", 1, 0, PROMPT, MASK), timeout=60
         )
     assert store.bytes_resident() == 0
+
+
+@pytest.mark.parametrize("plugin", [False, True])
+def test_a_dspark_run_on_sglang_stops_before_training_without_the_final_state(
+    target, stub_target, tmp_path, plugin
+):
+    from specdraft.trainer.disagg.producer_main import ProducerSetupError, capture_clients
+
+    cfg = make_config(target, tmp_path, algorithm="dspark", disaggregated={"capture": "sglang"})
+    store = LocalFeatureStore(tmp_path / "fs")
+    with SGLangStub(
+        stub_target, model_path=str(target), speculative_algorithm="DSPARK", final_state=plugin
+    ) as stub:
+        if plugin:
+            # The start-up probe proved the final state: the producer gets its client.
+            (client,) = capture_clients(cfg, [stub.url], store)
+            assert client.url == stub.url
+        else:
+            with pytest.raises(ProducerSetupError) as caught:
+                capture_clients(cfg, [stub.url], store)
+            message = str(caught.value)
+            assert "stops before training" in message
+            assert "pip install --no-deps specdraft-sglang-plugin" in message
+            assert "capture = 'embedded'" in message
+    assert store.bytes_resident() == 0  # the probe stores nothing
 
 
 def test_a_server_without_aux_capture_is_rejected_by_width(target, stub_target, tmp_path):
@@ -250,3 +325,31 @@ def test_wrong_sglang_replies_are_mismatches(meta, message):
 def test_an_answer_without_meta_info_is_a_mismatch():
     with pytest.raises(CaptureMismatch, match="no meta_info"):
         split_sglang_hidden({"text": "hi"}, REQUEST, SPEC)
+
+
+# ------------------------------------------------- payloads of SGLang 0.5.23's real shape
+# batch_result_processor appends one 2-D entry per prefill chunk, decode steps extend the list
+# with 1-D rows, and output_streamer cuts the entries to finished_len.
+
+
+def test_several_prefill_chunks_are_joined_and_decode_rows_dropped():
+    # Chunked prefill of 2 + 1 rows, then one decode row: finished_len = 3 keeps all of it.
+    body = _body(hidden_states=[ROWS[:2], ROWS[2:], [7.0, 7.0, 7.0, 7.0]])
+    hidden, _ = split_sglang_hidden(body, REQUEST, SPEC)
+    assert hidden.tolist() == [[3.0, 3.5, 1.0, 1.5], [4.0, 4.5, 2.0, 2.5], [6.0, 6.5, 5.0, 5.5]]
+
+
+def test_chunks_cut_away_by_finished_len_are_a_mismatch_naming_the_flags():
+    # finished_len = 1 (one generated token) keeps only the first of two prefill chunks.
+    chunks = [ROWS[:2], ROWS[2:]]
+    body = _body(hidden_states=chunks[:1])
+    with pytest.raises(CaptureMismatch, match="2 hidden-state rows for a 3-token prompt") as err:
+        split_sglang_hidden(body, REQUEST, SPEC)
+    assert "--chunked-prefill-size -1" in str(err.value)
+
+
+def test_the_launch_command_prefills_each_prompt_in_one_chunk(tmp_path):
+    cfg = make_config(Path("/m"), tmp_path, disaggregated={"capture": "sglang"})
+    for interface in ("0.5.23", "aux-capture"):
+        cmd = sglang_command(cfg, port=1, interface=interface)
+        assert cmd[cmd.index("--chunked-prefill-size") + 1] == "-1"

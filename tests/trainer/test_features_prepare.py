@@ -14,6 +14,7 @@ from specdraft.config import validate_config
 from specdraft.trainer.features import prepare as prepare_module
 from specdraft.trainer.features.prepare import expected_feature_meta, prepare_features
 from specdraft.trainer.features.shards import FeatureMismatch, FeatureShardDataset
+from specdraft.trainer.integrity import CorruptFile
 
 
 @pytest.fixture(autouse=True)
@@ -71,6 +72,24 @@ def test_an_interrupted_prepare_resumes_to_the_same_shards(run_config, tmp_path,
 
     with pytest.raises(FeatureMismatch, match="--shard-size 2"):
         prepare_features(config, tmp_path / "resumed", shard_size=3, progress=False)
+
+
+def test_a_corrupted_shard_is_refused_naming_the_file(run_config, tmp_path):
+    config = run_config()
+    folder = tmp_path / "features"
+    prepare_features(config, folder, shard_size=4, progress=False)
+    index = json.loads((folder / "index.json").read_text())
+    assert all(len(shard["sha256"]) == 64 for shard in index["shards"])
+    shard = folder / index["shards"][1]["file"]
+    with shard.open("r+b") as handle:
+        handle.seek(shard.stat().st_size // 2)
+        handle.write(bytes(4096))
+    dataset = FeatureShardDataset([folder], expected=expected_feature_meta(config))
+    assert dataset[0]["input_ids"].numel() > 0  # the intact first shard still reads
+    with pytest.raises(CorruptFile) as caught:
+        dataset[4]  # the first sample of the corrupted shard
+    assert f"{shard}: content differs from the sha256 recorded in" in str(caught.value)
+    assert "prepare-features" in str(caught.value)
 
 
 @pytest.mark.parametrize(

@@ -107,3 +107,34 @@ def test_more_anchor_slots_than_positions_keeps_the_fixed_width():
     anchors, keep = sample_anchors(loss_mask, torch.tensor([1, 2]), 9, seed=0)
     assert anchors.shape == (2, 9)
     assert keep.sum(1).tolist() == [4, 4]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.lists(masks, min_size=1, max_size=4),
+    num_anchors=st.integers(1, 12),
+    seed=st.integers(0, 2**31),
+    data=st.data(),
+)
+def test_the_anchors_never_depend_on_the_width(rows, num_anchors, seed, data):
+    length = max(len(r) for r in rows)
+    loss_mask = torch.tensor([r + [0] * (length - len(r)) for r in rows])
+    sample_id = torch.arange(len(rows)) * 31 + 5
+    # The width the collator picks: the largest per-row min(num_anchors, valid anchors), >= 1.
+    need = max(1, max(min(num_anchors, len(_valid_set(r))) for r in rows))
+    width = data.draw(st.integers(need, num_anchors + 3))
+    full, full_keep = sample_anchors(loss_mask, sample_id, num_anchors, seed)
+    cut, cut_keep = sample_anchors(loss_mask, sample_id, num_anchors, seed, width)
+    assert cut.shape == cut_keep.shape == (len(rows), width)
+    # Same kept anchors in the same slots; every slot past them is unkept and points at 0.
+    for row in range(len(rows)):
+        assert cut[row][cut_keep[row]].tolist() == full[row][full_keep[row]].tolist()
+    assert int(cut_keep.sum()) == int(full_keep.sum())
+    assert cut[~cut_keep].eq(0).all()
+
+
+def test_a_width_of_zero_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="at least 1"):
+        sample_anchors(torch.ones(1, 4, dtype=torch.long), torch.tensor([1]), 4, 0, width=0)

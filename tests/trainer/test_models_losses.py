@@ -271,3 +271,51 @@ def test_decay_weights_follow_each_family(setup):
                 if anchor + first + j < length:
                     expected += math.exp(-j / GAMMA)
         assert out.denominator.item() == pytest.approx(expected)
+
+
+def _assert_grads_match(out, reference_numerator, draft, skipped=()):
+    """Gradients of the model's sums equal the reference's; skipped modules get none at all."""
+    names = [name for name, _ in draft.named_parameters()]
+    params = list(draft.parameters())
+    grads = torch.autograd.grad(out.numerator, params, allow_unused=True)
+    ref_grads = torch.autograd.grad(reference_numerator, params, allow_unused=True)
+    for name, got, want in zip(names, grads, ref_grads, strict=True):
+        if name.startswith(skipped):
+            assert got is None, name
+            assert want is None or torch.count_nonzero(want) == 0, name
+        elif want is None:
+            assert got is None or torch.count_nonzero(got) == 0, name
+        else:
+            torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-10, msg=name)
+
+
+def test_dflash2_zero_selector_weight_matches_the_reference_that_does_the_work(setup):
+    # The reference still scores the selector (times 0); the model skips it entirely.
+    draft, head, batch, spec = setup(
+        "dflash2",
+        dflash2={
+            "selector_gold_policy": "insert",
+            "selector_top_k": 40,
+            "selector_loss_weight": 0.0,
+        },
+    )
+    out = draft(batch, head, spec)
+    numerator, denominator, count, _ = _dflash2_reference(draft, batch, head, spec, "insert")
+    torch.testing.assert_close(out.numerator, numerator, rtol=1e-10, atol=1e-10)
+    assert out.denominator.item() == pytest.approx(denominator, rel=1e-12)
+    assert out.metrics["count"].item() == count
+    assert not [key for key in out.metrics if key.startswith("selector_")]
+    _assert_grads_match(out, numerator, draft, skipped=("candidate_selector.",))
+
+
+def test_dspark_zero_l1_weight_without_confidence_matches_the_reference(setup):
+    draft, head, batch, spec = setup(
+        "dspark", dspark={"l1_weight": 0.0, "confidence_head": False, "markov_type": "gated"}
+    )
+    out = draft(batch, head, spec)
+    numerator, denominator, count, _ = _dspark_reference(draft, batch, head, spec)
+    torch.testing.assert_close(out.numerator, numerator, rtol=1e-10, atol=1e-10)
+    assert out.denominator.item() == pytest.approx(denominator, rel=1e-12)
+    assert out.metrics["count"].item() == count
+    assert "l1_sum" not in out.metrics and "accept_sum" not in out.metrics
+    _assert_grads_match(out, numerator, draft)

@@ -1,10 +1,14 @@
-"""Padding is inert: the same samples padded to longest, a bucket or max_length train the same."""
+"""Padding is inert: the same samples padded to longest, a bucket or max_length, and computing any
+anchor width that holds their anchors (the batch's largest count, an anchor bucket, num_anchors),
+train the same."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from specdraft.collate import ANCHOR_WIDTH, anchor_counts
+from specdraft.config import ShapePolicy
 from specdraft.trainer.models import (
     DraftTrainSpec,
     build_draft,
@@ -14,6 +18,10 @@ from specdraft.trainer.models import (
 
 LENGTHS = [23, 17, 9]
 PAD_LENGTHS = [23, 32, 128]  # longest, a bucket, max_length
+# random_samples gives these lengths 15, 10 and 6 valid anchors: the batch's largest count is 15.
+LARGEST_COUNT = 15
+NUM_ANCHORS = 24
+WIDTHS = [LARGEST_COUNT, 16, 20, NUM_ANCHORS]  # exactly the count, two anchor buckets, the max
 
 
 def _draft(algorithm, draft_model_config, **overrides):
@@ -58,6 +66,59 @@ def test_same_samples_padded_differently_give_same_loss_and_gradients(
         assert grads.keys() == reference_grads.keys()
         for name, grad in grads.items():
             torch.testing.assert_close(grad, reference_grads[name], rtol=1e-4, atol=1e-6)
+
+
+ALGORITHMS = [
+    ("dflash2", {"dflash2": {"selector_gold_policy": "insert"}}),
+    ("dspark", {"dspark": {"markov_type": "rnn", "confidence_uses_markov": True}}),
+]
+
+
+@pytest.mark.parametrize(("algorithm", "overrides"), ALGORITHMS)
+def test_every_anchor_width_that_holds_the_anchors_gives_same_loss_and_gradients(
+    algorithm, overrides, draft_model_config, make_draft_batch, random_samples
+):
+    draft, head = _draft(algorithm, draft_model_config, **overrides)
+    samples = random_samples(LENGTHS, seed=1)
+    spec = DraftTrainSpec(
+        num_anchors=NUM_ANCHORS, loss_decay_gamma=4.0, logits_chunk_blocks=3, seed=9
+    )
+    # The host-side count the collator uses, on the real masks: the widths below all hold it.
+    counts = anchor_counts(make_draft_batch(samples, PAD_LENGTHS[0])["loss_mask"])
+    assert max(counts) == LARGEST_COUNT
+    policy = ShapePolicy(pad_to=(32, 128), num_anchors=NUM_ANCHORS, anchor_buckets=(16, 20, 24))
+    assert policy.anchor_width(max(counts)) == 16
+    # Reference: no width key (num_anchors blocks), padded to the longest sample.
+    reference, reference_grads = _run(draft, head, make_draft_batch(samples, 23), spec)
+    assert reference.denominator > 0
+    for pad in PAD_LENGTHS:  # with and without length padding
+        for width in WIDTHS:
+            batch = {**make_draft_batch(samples, pad), ANCHOR_WIDTH: width}
+            assert draft.place_blocks(batch, spec).anchors.shape == (len(LENGTHS), width)
+            out, grads = _run(draft, head, batch, spec)
+            torch.testing.assert_close(out.numerator, reference.numerator, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(out.denominator, reference.denominator)
+            assert out.metrics.keys() == reference.metrics.keys()
+            for key, value in reference.metrics.items():
+                torch.testing.assert_close(out.metrics[key], value, rtol=1e-5, atol=1e-5)
+            assert grads.keys() == reference_grads.keys()
+            for name, grad in grads.items():
+                torch.testing.assert_close(grad, reference_grads[name], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(("algorithm", "overrides"), ALGORITHMS)
+def test_a_width_below_the_largest_count_would_drop_anchors(
+    algorithm, overrides, draft_model_config, make_draft_batch, random_samples
+):
+    # Why the width must come from the loss masks: one slot too few loses supervised blocks.
+    draft, head = _draft(algorithm, draft_model_config, **overrides)
+    samples = random_samples(LENGTHS, seed=1)
+    spec = DraftTrainSpec(num_anchors=NUM_ANCHORS, loss_decay_gamma=4.0, seed=9)
+    batch = make_draft_batch(samples, 32)
+    with torch.no_grad():
+        full = draft(batch, head, spec)
+        short = draft({**batch, ANCHOR_WIDTH: LARGEST_COUNT - 1}, head, spec)
+    assert short.denominator < full.denominator
 
 
 @pytest.mark.parametrize("algorithm", ["dflash2", "dspark"])

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from _train_support import one_rank, single_thread, tiny_run
+from _train_support import one_rank, single_thread, tiny_run, write_config
 from click.testing import CliRunner
 from safetensors import safe_open
 
@@ -99,3 +99,51 @@ def test_the_run_dtype_is_the_default_and_a_bad_checkpoint_is_named(trained, tmp
     )
     assert done.exit_code == 1
     assert "config.json is missing" in done.output
+
+
+def _tampered_copy(checkpoint, root, name: str):
+    """A copy of the checkpoint with one byte of `name` flipped (what a bad copy or disk does)."""
+    import shutil
+
+    copy = root / "tampered"
+    shutil.copytree(checkpoint, copy)
+    target = copy / name
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    return copy
+
+
+def test_export_refuses_a_checkpoint_that_differs_from_its_manifest(trained, tmp_path):
+    _, checkpoint, _, _, _ = trained
+    tampered = _tampered_copy(checkpoint, tmp_path, "model.safetensors")
+    done = CliRunner().invoke(cli, ["export", str(tampered), "--out", str(tmp_path / "out")])
+    assert done.exit_code == 1, done.output
+    assert f"cannot export {tampered}" in done.output
+    assert f"{tampered / 'model.safetensors'}: content differs from its checksum" in done.output
+    assert not (tmp_path / "out").exists()
+
+    (tampered / "manifest.json").unlink()
+    done = CliRunner().invoke(cli, ["export", str(tampered), "--out", str(tmp_path / "out")])
+    assert done.exit_code == 1
+    assert "manifest.json is missing" in done.output
+
+
+def test_eval_refuses_a_checkpoint_that_differs_from_its_manifest(
+    trained, tiny_target_path, tmp_path
+):
+    _, checkpoint, _, _, _ = trained
+    tampered = _tampered_copy(checkpoint, tmp_path, "config.json")
+    config = write_config(
+        tmp_path / "eval.toml",
+        tiny_run(
+            tiny_target_path,
+            tmp_path / "eval-run",
+            data={"eval_paths": ["pkg:sharegpt"], "max_eval_samples": 2},
+        ),
+    )
+    done = CliRunner().invoke(cli, ["eval", str(config), "--checkpoint", str(tampered)])
+    assert done.exit_code == 1, done.output
+    assert f"cannot evaluate {tampered}" in done.output
+    assert f"{tampered / 'config.json'}: content differs from its checksum" in done.output
+    assert "Traceback" not in done.output

@@ -35,11 +35,21 @@ def eval_(config_path: str, checkpoint: str, overrides: tuple[str, ...], fmt: st
             f"{config_path}: data.eval_paths is empty; set it (or --set data.eval_paths=[...])"
         )
     from specdraft.trainer.train.eval_run import evaluate_checkpoint
+    from specdraft.trainer.train.export import ExportError
 
-    result = evaluate_checkpoint(config, checkpoint)
+    try:
+        result = evaluate_checkpoint(config, checkpoint)
+    except ExportError as exc:
+        # A missing or corrupted checkpoint file: name it, no traceback.
+        raise click.ClickException(str(exc)) from None
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
         return
     click.echo(f"tau = {result['tau']:.3f} over {int(result['steps'])} verification steps")
     rates = " ".join(f"{r:.2f}" for r in result["accept_rate_per_pos"])
     click.echo(f"acceptance per block position: {rates}")
+    if result.get("capped_prompts"):
+        click.echo(
+            f"{int(result['capped_prompts'])} held-out prompt(s) cut from the left so prompt + "
+            f"generated tokens fit data.max_length ({config.data.max_length})"
+        )

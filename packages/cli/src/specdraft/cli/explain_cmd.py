@@ -24,17 +24,26 @@ def _config_error_text(err: Exception, overrides: tuple[str, ...]) -> str:
 
 
 def _corpus_source(config: Any) -> Any:
-    """Tokenise the corpus as training would (with a progress bar) and return its lengths."""
-    from specdraft.collate.length_source import LengthSource
-    from specdraft.trainer.data import corpus_lengths
+    """Tokenise the corpus as training would (with a progress bar): lengths and anchor counts."""
+    import torch
 
-    corpus = corpus_lengths(config, progress=True)
+    from specdraft.collate import anchor_counts
+    from specdraft.collate.length_source import LengthSource
+    from specdraft.trainer.data import build_dataset, sample_lengths
+
+    dataset, report = build_dataset(config, split="train", progress=True)
+    # The same loss masks training collates, counted the way the collator counts them.
+    counts = [
+        anchor_counts(torch.as_tensor(row["loss_mask"], dtype=torch.long)[None])[0]
+        for row in dataset
+    ]
     return LengthSource(
         "corpus",
-        corpus.source,
-        list(corpus.lengths),
-        skipped=dict(corpus.skipped),
-        dropped_incomplete=corpus.dropped_incomplete,
+        report.source,
+        list(sample_lengths(dataset)),
+        skipped=dict(report.skipped),
+        dropped_incomplete=report.dropped_incomplete,
+        anchor_counts=counts,
     )
 
 
@@ -46,6 +55,14 @@ def _corpus_source(config: Any) -> Any:
     type=click.IntRange(min=1),
     metavar="K",
     help="Also print the K optimal buckets (multiples of 128, the last = max_length).",
+)
+@click.option(
+    "--suggest-anchors",
+    "suggest_anchors_k",
+    type=click.IntRange(min=1),
+    metavar="K",
+    help="Also print the K optimal anchor buckets (exact; the last = num_anchors). Needs the "
+    "corpus (its loss masks).",
 )
 @click.option(
     "--format",
@@ -85,6 +102,7 @@ def _corpus_source(config: Any) -> Any:
 def explain_buckets(
     config_path: str,
     suggest_k: int | None,
+    suggest_anchors_k: int | None,
     output_format: str,
     plot_path: str | None,
     lengths_path: str | None,
@@ -98,12 +116,17 @@ def explain_buckets(
     warnings about unused, rare or suboptimal buckets. The corpus is tokenised as training
     would; --lengths FILE or --longest N skip it. No model is built.
     """
-    from specdraft.config import ConfigError, load_config
+    from specdraft.config import ConfigError, ShapePolicy, load_config
 
     if lengths_path and longest:
         _fail("explain-buckets: use either --lengths FILE or --longest N, not both")
     if longest and (suggest_k or plot_path):
         _fail("explain-buckets: --suggest and --plot need sample lengths (a corpus or --lengths)")
+    if suggest_anchors_k and (longest or lengths_path):
+        _fail(
+            "explain-buckets: --suggest-anchors needs the loss masks of the corpus; drop "
+            "--lengths / --longest so the corpus is tokenised"
+        )
     try:
         config = load_config(config_path, overrides)
     except ConfigError as err:
@@ -138,7 +161,16 @@ def explain_buckets(
             _fail(f"explain-buckets: {source.description}: no usable samples")
 
     try:
-        report = build_report(config, source, config_path=config_path, suggest_k=suggest_k)
+        # The one shape policy of this (dry) run: the report and the compile plan read it.
+        shapes = ShapePolicy.from_config(config)
+        report = build_report(
+            config,
+            source,
+            shapes=shapes,
+            config_path=config_path,
+            suggest_k=suggest_k,
+            suggest_anchors_k=suggest_anchors_k,
+        )
     except ValueError as err:
         _fail(f"explain-buckets: {config_path}: {err}")
     click.echo(render_json(report) if output_format == "json" else render_text(report), nl=False)

@@ -50,6 +50,23 @@ from .common import load_or_exit, overrides_option
     help="Model name sent to --endpoint [default: the first one it lists].",
 )
 @click.option(
+    "--api-key",
+    default=None,
+    envvar="OPENAI_API_KEY",
+    show_envvar=True,
+    metavar="KEY",
+    help="Sent to --endpoint as `Authorization: Bearer KEY`; never logged or written.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True, max=86400),
+    default=600.0,
+    show_default=True,
+    help="Seconds one --endpoint request may take (each is retried up to 3 times when the "
+    "server is busy or unreachable).",
+)
+@click.option(
     "--max-new-tokens",
     type=click.IntRange(min=1),
     default=256,
@@ -74,6 +91,8 @@ def regenerate(
     sources: tuple[str, ...],
     endpoint: str | None,
     model: str | None,
+    api_key: str | None,
+    timeout_s: float,
     max_new_tokens: int,
     batch_size: int,
     overrides: tuple[str, ...],
@@ -86,7 +105,9 @@ def regenerate(
     so far (earlier answers already replaced), rendered with data.chat_template and stopped at
     the end-of-turn token; a conversation stops where its prompt reaches data.max_length.
     Writes ShareGPT JSONL (id, source_row, conversations) for data.train_paths. Interrupted
-    runs resume: rerun the same command and rows already in --out are skipped.
+    runs resume: rerun the same command and rows already in --out are skipped. A turn the
+    endpoint answers without text (null or non-string content) skips its conversation, counted
+    as bad_answer. Ctrl-C stops at once; rows already written stay.
     """
     config = load_or_exit(config_path, overrides)
     from specdraft.trainer.regenerate import RegenerateError
@@ -104,6 +125,8 @@ def regenerate(
             max_new_tokens=max_new_tokens,
             batch_size=batch_size,
             progress=not no_progress,
+            api_key=api_key,
+            timeout_s=timeout_s,
         )
     except (RegenerateError, ValueError, FileNotFoundError) as exc:
         raise click.ClickException(f"{config_path}: {exc}") from None

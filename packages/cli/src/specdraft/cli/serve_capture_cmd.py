@@ -46,6 +46,8 @@ def serve_capture(config_path: str, port: int, device: str, overrides: tuple[str
     Loads model.target, answers POST /capture (a prompt's token ids in; its hidden states at
     model.target_layer_ids, plus the final state for DSpark, written into the feature store of
     deployment.disaggregated.store) and GET /health, on 127.0.0.1 until Ctrl-C or SIGTERM.
+    Only requests carrying the run's secret are served: $SPECDRAFT_RUN_SECRET, else
+    OUTPUT_DIR/disagg/secret (created, mode 0600, if missing), and only for the config's run_id.
     Prints `capture server listening on URL` once it is ready.
     """
     from specdraft.config import ConfigError, load_config
@@ -62,13 +64,21 @@ def serve_capture(config_path: str, port: int, device: str, overrides: tuple[str
         build_capture_server,
         open_store,
     )
+    from specdraft.trainer.disagg.http_json import SecretError, ensure_run_secret, run_folder
 
+    run_dir = Path(config.output_dir)
     try:
-        store = open_store(config.deployment.disaggregated, Path(config.output_dir), role="capture")
+        # output_dir keeps its mode; disagg/ and the store inside it are private.
+        run_folder(run_dir)
+        secret = ensure_run_secret(run_dir)
+    except (OSError, SecretError) as err:
+        _fail(f"serve-capture: {config_path}: run folder {run_dir} (output_dir): {err}")
+    try:
+        store = open_store(config.deployment.disaggregated, run_dir, role="capture")
     except (StoreError, ServiceError, ValueError) as err:
         _fail(f"serve-capture: {config_path}: feature store: {err}")
     try:
-        server = build_capture_server(config, store, port=port, device=device)
+        server = build_capture_server(config, store, port=port, device=device, secret=secret)
     except (OSError, ValueError) as err:
         store.close()
         _fail(f"serve-capture: {config_path}: {err}")

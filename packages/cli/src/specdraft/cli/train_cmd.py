@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
 
 import click
 
-from .common import load_or_exit, overrides_option
+from .common import CONFIG_ERROR_EXIT, load_or_exit, overrides_option
 
 
 @click.command("train")
@@ -18,6 +21,15 @@ from .common import load_or_exit, overrides_option
     metavar="DIR|latest",
     help="Resume from a checkpoint folder, or 'latest' in output_dir (overrides "
     "training.resume_from).",
+)
+@click.option(
+    "--allow-changed",
+    "allow_changed",
+    multiple=True,
+    metavar="FIELD[,FIELD...]",
+    help="With --resume: accept a changed data order for these fields (e.g. "
+    "training.seed,training.micro_batch_size); by default a resume that would repeat or skip "
+    "samples is refused, naming the field. Repeatable.",
 )
 @click.option(
     "--dry-run",
@@ -58,6 +70,7 @@ def train(
     config_path: str,
     overrides: tuple[str, ...],
     resume: str | None,
+    allow_changed: tuple[str, ...],
     dry_run: bool,
     nproc_per_node: int | None,
     nnodes: int | None,
@@ -75,6 +88,7 @@ def train(
     "disaggregated" it trains on features captured online (see docs/disaggregated.md).
     """
     config = load_or_exit(config_path, overrides)
+    allowed = check_resume_options(config, resume, allow_changed)
     # Heavy imports only now: `--help` and `lint` never pay for torch.
     from specdraft.trainer.launch import LaunchPlan, RankFailed, launch
     from specdraft.trainer.train.run import (
@@ -119,15 +133,51 @@ def train(
         if config.deployment.mode == "disaggregated" and config.deployment.disaggregated.managed:
             from specdraft.trainer.disagg.managed import run_managed
 
-            summary = run_managed(config_path, list(overrides), resume, plan, not no_progress)
+            summary = run_managed(
+                config_path, list(overrides), resume, plan, not no_progress, allowed
+            )
         else:
-            summary = launch(plan, rank_main, config_path, list(overrides), resume, not no_progress)
+            args = (config_path, list(overrides), resume, not no_progress, allowed)
+            summary = launch(plan, rank_main, *args)
     except RankFailed as exc:
         raise click.ClickException(str(exc)) from None
     if summary:
         click.echo(json.dumps(summary, indent=2))
         for line in summary_lines(summary):
             click.echo(line)
+
+
+def usage_exit(message: str) -> NoReturn:
+    """Print a usage error (what is wrong and the fix) to stderr and exit 2."""
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(CONFIG_ERROR_EXIT)
+
+
+def check_resume_options(
+    config: Any, resume: str | None, allow_changed: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Refuse, before any rank starts, a --resume with nothing to resume or unknown fields."""
+    from specdraft.trainer.train.checkpoint import (
+        check_allow_changed,
+        find_latest,
+        nothing_to_resume_message,
+    )
+
+    names = [name for item in allow_changed for name in item.split(",")]
+    try:
+        allowed = check_allow_changed(names)
+    except ValueError as exc:
+        usage_exit(str(exc))
+    if allowed and resume is None and config.training.resume_from is None:
+        usage_exit("--allow-changed only applies to a resume: add --resume latest (or a folder)")
+    if resume == "latest" and find_latest(config.output_dir) is None:
+        usage_exit(nothing_to_resume_message(config.output_dir))
+    if resume not in (None, "latest") and not (Path(resume) / "trainer_state.json").is_file():
+        usage_exit(
+            f"--resume {resume}: not a complete checkpoint folder (no trainer_state.json); "
+            "use --resume latest or a checkpoints/step-* folder"
+        )
+    return allowed
 
 
 def summary_lines(summary: dict) -> list[str]:

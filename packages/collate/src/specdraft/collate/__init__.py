@@ -1,34 +1,44 @@
 """specdraft collate: static pad lengths, collators, samplers, padding accounting and suggestion."""
 
+from specdraft.config import ShapePolicy
+
 from .accounting import BucketStats, PaddingReport, account_padding, plan_micro_batches
 from .lengths import (
     PadTo,
     check_pad_to,
     describe_pad_to,
-    pad_policy_from_config,
     resolve_static_length,
     static_pad_length,
 )
-from .padding import DataCollatorWithPadding, pad_and_concatenate_features
+from .padding import (
+    ANCHOR_WIDTH,
+    DataCollatorWithPadding,
+    anchor_counts,
+    batch_anchor_width,
+    pad_and_concatenate_features,
+)
 from .samplers import MicroBatchSampler, sampler_from_config
 from .suggest import bucket_cost, grid_weights, optimal_buckets, suggest_buckets
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ANCHOR_WIDTH",
     "BucketStats",
     "DataCollatorWithPadding",
     "MicroBatchSampler",
     "PadTo",
     "PaddingReport",
+    "ShapePolicy",
     "account_padding",
+    "anchor_counts",
+    "batch_anchor_width",
     "bucket_cost",
     "check_pad_to",
     "describe_pad_to",
     "grid_weights",
     "optimal_buckets",
     "pad_and_concatenate_features",
-    "pad_policy_from_config",
     "plan_micro_batches",
     "resolve_static_length",
     "sampler_from_config",

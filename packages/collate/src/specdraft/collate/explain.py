@@ -8,12 +8,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from specdraft.config import BUCKET_QUANTUM, compile_plan, max_length_appended
+from specdraft.config import BUCKET_QUANTUM, ShapePolicy, max_length_appended
 
 from .accounting import PaddingReport, account_padding, plan_micro_batches
+from .anchor_accounting import (
+    AnchorReport,
+    account_anchors,
+    anchor_bucket_cost,
+    anchor_weights,
+    optimal_anchor_buckets,
+)
 from .histogram import length_histogram
 from .length_source import LengthSource
-from .lengths import PadTo, describe_pad_to, pad_policy_from_config, resolve_static_length
+from .lengths import PadTo, describe_pad_to, resolve_static_length
 from .suggest import bucket_cost, grid_weights, optimal_buckets
 
 if TYPE_CHECKING:
@@ -51,12 +58,14 @@ def build_report(
     config: Config,
     source: LengthSource,
     *,
+    shapes: ShapePolicy,
     config_path: str = "",
     suggest_k: int | None = None,
+    suggest_anchors_k: int | None = None,
 ) -> dict[str, Any]:
-    """The whole explain-buckets report as plain, JSON-ready data."""
+    """The whole explain-buckets report as plain, JSON-ready data, for the run's `shapes`."""
     data, training = config.data, config.training
-    pad_to = pad_policy_from_config(config)
+    pad_to = shapes.pad_to
     report: dict[str, Any] = {
         "config": config_path,
         "source": {
@@ -77,12 +86,17 @@ def build_report(
             "pad_to": _jsonable(pad_to),
             "description": describe_pad_to(pad_to),
             "max_length_appended": max_length_appended(config),
+            "anchors": shapes.describe_anchors(),
+            "anchor_widths": list(shapes.anchor_widths),
+            "num_anchors_appended": shapes.anchors_appended,
+            "grid": [list(cell) for cell in shapes.grid],
         },
         "buckets": [],
         "policies": [],
-        "compile_plan": _compile_section(config),
+        "compile_plan": _compile_section(config, shapes),
         "warnings": [],
         "suggestion": None,
+        "anchors": None,
         "longest": None,
         "histogram": None,
     }
@@ -116,6 +130,10 @@ def build_report(
         report["warnings"].extend(_bucket_warnings(config, configured, comparison))
     if suggest_k is not None:
         report["suggestion"] = _suggestion(config, lengths, suggest_k, longest_cost, comparison)
+    if source.anchor_counts is not None:
+        report["anchors"] = _anchor_section(
+            config, shapes, lengths, source.anchor_counts, suggest_anchors_k, report["warnings"]
+        )
     edges = list(pad_to) if isinstance(pad_to, tuple) else []
     suggested = report["suggestion"]["buckets"] if report["suggestion"] else []
     report["histogram"] = length_histogram(lengths, data.max_length, edges, suggested)
@@ -234,14 +252,120 @@ def _suggestion(
     return suggestion
 
 
-def _compile_section(config: Config) -> dict[str, Any] | None:
+def _anchor_policy(name: str, report: AnchorReport, configured: bool) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": report.description,
+        "configured": configured,
+        "valid_blocks": report.valid_blocks,
+        "computed_blocks": report.computed_blocks,
+        "occupancy": report.occupancy,
+        "blocks_per_valid_anchor": report.blocks_per_valid,
+    }
+
+
+def _anchor_section(
+    config: Config,
+    shapes: ShapePolicy,
+    lengths: list[int],
+    counts: list[int],
+    suggest_k: int | None,
+    warnings: list[dict[str, str]],
+) -> dict[str, Any]:
+    """The second dimension: anchor occupancy per policy and per grid cell, on the run's batches."""
+    training = config.training
+    num = training.num_anchors
+    micro_batches = plan_micro_batches(
+        lengths,
+        micro_batch_size=training.micro_batch_size,
+        sampler=config_sampler(config),
+        seed=training.seed,
+        num_replicas=config.deployment.world_size,
+        pad_to=shapes.pad_to,
+        mega_batch_multiplier=config.data.mega_batch_multiplier,
+    )
+    # The run's own policy, and the two without anchor buckets it is compared with.
+    static_lengths = shapes.pad_to or config.data.max_length
+    candidates = {
+        "pad-to-longest": ShapePolicy(pad_to=None, num_anchors=num),
+        "static (num_anchors)": ShapePolicy(pad_to=static_lengths, num_anchors=num),
+    }
+    if shapes.anchor_buckets:
+        candidates["anchor buckets"] = shapes
+    configured_name = (
+        "anchor buckets"
+        if shapes.anchor_buckets
+        else "static (num_anchors)"
+        if shapes.static
+        else "pad-to-longest"
+    )
+    reports = {
+        name: account_anchors(lengths, counts, micro_batches, policy)
+        for name, policy in candidates.items()
+    }
+    configured = account_anchors(lengths, counts, micro_batches, shapes)
+    section: dict[str, Any] = {
+        "num_anchors": num,
+        "widths": list(shapes.anchor_widths),
+        "policies": [
+            _anchor_policy(name, r, name == configured_name) for name, r in reports.items()
+        ],
+        "cells": [cell.to_dict() for cell in configured.cells],
+        "suggestion": None,
+    }
+    for cell in configured.cells:
+        where = f"grid cell {cell.length} x {cell.width} anchors"
+        if cell.micro_batches == 0:
+            warnings.append(
+                {
+                    "code": "unused-cell",
+                    "message": f"{where} is used by no micro-batch"
+                    + (" but is compiled at warm-up" if training.compile_blocks else ""),
+                }
+            )
+        elif cell.share < RARE_BUCKET_SHARE:
+            warnings.append(
+                {
+                    "code": "rare-cell",
+                    "message": f"{where} takes {cell.share:.1%} of the micro-batches "
+                    f"(< {RARE_BUCKET_SHARE:.0%}): its graphs are compiled for little use; "
+                    f"merge the anchor bucket or length bucket into a neighbour",
+                }
+            )
+    if suggest_k is not None:
+        weights = anchor_weights(counts, micro_batches, num)
+        best = optimal_anchor_buckets(weights, num, suggest_k)
+        cost = anchor_bucket_cost(best, weights)
+        valid = reports["pad-to-longest"].valid_blocks
+        section["suggestion"] = {
+            "k": suggest_k,
+            "anchor_buckets": list(best),
+            "computed_blocks": cost,
+            "occupancy": valid / cost if cost else 0.0,
+            "ratio_to_static": cost / reports["static (num_anchors)"].computed_blocks
+            if reports["static (num_anchors)"].computed_blocks
+            else 0.0,
+            "ratio_to_configured": cost / configured.computed_blocks
+            if configured.computed_blocks
+            else 0.0,
+        }
+    return section
+
+
+def _compile_section(config: Config, shapes: ShapePolicy) -> dict[str, Any] | None:
     if not config.training.compile_blocks:
         return None
-    plan = compile_plan(config)
+    plan = shapes.compile_plan(
+        compile_blocks=True,
+        with_eval=bool(config.data.eval_paths),
+        num_blocks=config.model.num_draft_layers,
+    )
     return {
         "description": plan.describe(),
         "dynamic": plan.dynamic,
         "num_shapes": plan.num_shapes,
+        "num_widths": plan.num_widths,
+        "grid": [list(cell) for cell in shapes.grid],
         "graphs_per_shape": plan.graphs_per_shape,
         "graphs_per_block": plan.graphs_per_block,
         "recompile_limit": plan.recompile_limit,

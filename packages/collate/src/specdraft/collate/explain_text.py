@@ -55,12 +55,19 @@ def render_text(report: dict[str, Any]) -> str:
         f"  data        {_source_line(report['source'])}",
         f"  batching    {_sampler_words(report)}",
         f"  pad policy  {policy['description']}{appended}",
-        "",
+        f"  anchors     {policy['anchors']}"
+        + (" (num_anchors appended)" if policy["num_anchors_appended"] else ""),
     ]
+    if policy["grid"]:
+        cells = ", ".join(f"{length}x{width}" for length, width in policy["grid"])
+        lines.append(f"  shape grid  {len(policy['grid'])} cell(s) (length x anchors): {cells}")
+    lines.append("")
     if report["longest"] is not None:
         lines += _render_longest(report)
     else:
         lines += _render_corpus(report)
+    if report.get("anchors") is not None:
+        lines += _render_anchors(report["anchors"])
     if report["compile_plan"] is not None:
         lines += ["compile plan", f"  {report['compile_plan']['description']}", ""]
     if report["histogram"] is not None:
@@ -104,6 +111,44 @@ def _render_corpus(report: dict[str, Any]) -> list[str]:
             f"  {name:<{name_width}}  {p['description']:<{pads_width}}  "
             f"{p['positions_per_real_token']:>20.3f}  {p['ratio_to_longest']:>9.3f}x"
         )
+    lines.append("")
+    return lines
+
+
+def _render_anchors(anchors: dict[str, Any]) -> list[str]:
+    """The second dimension: anchor occupancy per policy, per grid cell, and the suggestion."""
+    lines = ["anchor blocks side by side (occupancy = valid blocks / computed blocks)"]
+    names = [p["name"] + (" (configured)" if p["configured"] else "") for p in anchors["policies"]]
+    width = max(len("policy"), *map(len, names))
+    lines.append(
+        f"  {'policy':<{width}}  {'computed blocks':>15}  {'occupancy':>9}  "
+        f"{'blocks/valid anchor':>19}"
+    )
+    for name, p in zip(names, anchors["policies"], strict=True):
+        lines.append(
+            f"  {name:<{width}}  {p['computed_blocks']:>15}  {p['occupancy']:>9.1%}  "
+            f"{p['blocks_per_valid_anchor']:>19.3f}"
+        )
+    if anchors["cells"]:
+        lines.append("per grid cell (the configured policy, one epoch)")
+        lines.append(
+            f"  {'length':>7}  {'anchors':>7}  {'micro-batches':>13}  {'share':>6}  "
+            f"{'occupancy':>9}"
+        )
+        for c in anchors["cells"]:
+            lines.append(
+                f"  {c['length']:>7}  {c['width']:>7}  {c['micro_batches']:>13}  "
+                f"{c['share']:>6.1%}  {c['occupancy']:>9.1%}"
+            )
+    suggestion = anchors["suggestion"]
+    if suggestion is not None:
+        widths = ", ".join(str(w) for w in suggestion["anchor_buckets"])
+        lines.append(
+            f"suggested anchor buckets (K = {suggestion['k']}, exact): {widths}: occupancy "
+            f"{suggestion['occupancy']:.1%}, {suggestion['ratio_to_static']:.3f}x the blocks of "
+            f"num_anchors, {suggestion['ratio_to_configured']:.3f}x the configured policy"
+        )
+        lines.append(f"  set training.static_anchor_buckets = [{widths}]")
     lines.append("")
     return lines
 

@@ -16,6 +16,9 @@ class LengthSource:
     skipped: dict[str, int] = field(default_factory=dict)
     dropped_incomplete: int = 0
     truncated: int = 0  # lengths above max_length cut to it, as training truncates
+    # Valid anchors per sample (from the loss masks), when the source has the masks: the corpus
+    # does, a lengths file does not.
+    anchor_counts: list[int] | None = None
 
 
 def read_lengths_file(path: str | Path, max_length: int) -> LengthSource:

@@ -4,6 +4,10 @@ A sample is a dict of per-token tensors (`input_ids`, `loss_mask` `[S]`, `hidden
 `[S, L*H]`, `target_last_hidden_states` `[S, H]`) plus a scalar `sample_id` (see
 docs/internals.md). `input_ids` fixes a sample's length; every per-token feature is padded with
 zeros after it, so padding positions have `loss_mask = 0` and never carry a target feature.
+
+With a shape policy that knows `num_anchors`, the collator also chooses the micro-batch's anchor
+width (`ANCHOR_WIDTH`, a Python int) here on the host from the loss masks, so the device never
+has to report how many anchors a batch holds.
 """
 
 from __future__ import annotations
@@ -13,13 +17,32 @@ from typing import Any
 
 import torch
 
-from .lengths import PadTo, check_pad_to, resolve_static_length
+from specdraft.config import PadTo, ShapePolicy
 
 # Per-token keys in the order they are collated; other keys are stacked as they are.
 TOKEN_KEYS = ("input_ids", "loss_mask", "hidden_states", "target_last_hidden_states")
 # Integer keys: ids and the 0/1 mask stay int64 whatever the caller handed in (e.g. Python lists).
 INTEGER_KEYS = ("input_ids", "loss_mask")
 STACKED_KEYS = ("sample_id",)
+# The batch key holding the number of anchor blocks the draft computes (a Python int, not a
+# tensor: moving it to a device must not turn a shape into a value the host has to wait for).
+ANCHOR_WIDTH = "anchor_width"
+
+
+def anchor_counts(loss_mask: torch.Tensor) -> list[int]:
+    """Valid anchors per row of a host [B, S] loss mask (a and a+1 both supervised)."""
+    if loss_mask.device.type != "cpu":
+        raise ValueError(
+            "anchor_counts reads the loss mask on the host; call it at collate time, before the "
+            "batch moves to the device"
+        )
+    supervised = loss_mask.bool()
+    return (supervised[:, :-1] & supervised[:, 1:]).sum(dim=1).tolist()
+
+
+def batch_anchor_width(loss_mask: torch.Tensor, policy: ShapePolicy) -> int:
+    """The anchor width of a collated micro-batch under `policy` (largest count, bucketed)."""
+    return policy.anchor_width(max(anchor_counts(loss_mask), default=0))
 
 
 def _as_tensor(value: Any, key: str) -> torch.Tensor:
@@ -30,7 +53,7 @@ def _as_tensor(value: Any, key: str) -> torch.Tensor:
 
 
 def pad_and_concatenate_features(
-    features: Sequence[Mapping[str, Any]], keys: Sequence[str], pad_to: PadTo
+    features: Sequence[Mapping[str, Any]], keys: Sequence[str], pad_to: PadTo | ShapePolicy
 ) -> dict[str, torch.Tensor]:
     """Zero-pad each key's per-token tensors to the batch's pad length and stack them into [B, ...].
 
@@ -39,12 +62,12 @@ def pad_and_concatenate_features(
     """
     if not features:
         raise ValueError("cannot collate an empty list of samples")
-    pad_to = check_pad_to(pad_to)
+    policy = ShapePolicy.of(pad_to)
     for i, feature in enumerate(features):
         if "input_ids" not in feature:
             raise KeyError(f"sample {i} has no 'input_ids' (keys: {sorted(feature)})")
     lengths = [int(_as_tensor(f["input_ids"], "input_ids").shape[0]) for f in features]
-    padded = resolve_static_length(max(lengths), pad_to)
+    padded = policy.pad_length(max(lengths))
     batch: dict[str, torch.Tensor] = {}
     for key in keys:
         rows = []
@@ -94,12 +117,17 @@ def _stack_scalars(features: Sequence[Mapping[str, Any]], key: str) -> torch.Ten
 
 
 class DataCollatorWithPadding:
-    """Collate samples into a zero-padded batch; `pad_to` is None, an int or a bucket tuple."""
+    """Collate samples into a zero-padded batch, by the run's `ShapePolicy` (or a seed `pad_to`).
 
-    def __init__(self, pad_to: PadTo = None) -> None:
-        self.pad_to = check_pad_to(pad_to)
+    `pad_to` is the run's ShapePolicy, or the seed's None / int / bucket tuple. A policy that
+    knows num_anchors also sets the batch's `anchor_width` from its loss masks.
+    """
 
-    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+    def __init__(self, pad_to: PadTo | ShapePolicy = None) -> None:
+        self.policy = ShapePolicy.of(pad_to)
+        self.pad_to = self.policy.pad_to
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Collate one micro-batch: per-token keys padded, `sample_id` stacked to [B]."""
         if not features:
             raise ValueError(
@@ -107,10 +135,12 @@ class DataCollatorWithPadding:
             )
         # A key that only some samples carry is an error (raised below), never silently dropped.
         present = [k for k in TOKEN_KEYS if any(k in f for f in features)]
-        batch = pad_and_concatenate_features(features, present, self.pad_to)
+        batch: dict[str, Any] = pad_and_concatenate_features(features, present, self.policy)
         for key in STACKED_KEYS:
             if any(key in f for f in features):
                 batch[key] = _stack_scalars(features, key)
+        if self.policy.num_anchors is not None and "loss_mask" in batch:
+            batch[ANCHOR_WIDTH] = batch_anchor_width(batch["loss_mask"], self.policy)
         return batch
 
     def __repr__(self) -> str:

@@ -37,12 +37,35 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .lengths import PadTo, check_pad_to, pad_policy_from_config, resolve_static_length
+from specdraft.config import PadTo, ShapePolicy
+
+from .lengths import resolve_static_length
 
 if TYPE_CHECKING:
     from specdraft.config import Config
 
 MicroBatch = list[int]
+
+# Sampler setting -> the config field it comes from: how a refused resume names it.
+CONFIG_FIELDS = {
+    "num_samples": "data",
+    "micro_batch_size": "training.micro_batch_size",
+    "grad_accum_steps": "training.grad_accum_steps",
+    "num_replicas": "deployment.world_size",
+    "seed": "training.seed",
+    "length_grouped": "data.length_grouped",
+    "bucket_synchronized": "data.bucket_synchronized",
+    "pad_to": "training.static_shape_buckets",
+    "mega_batch_multiplier": "data.mega_batch_multiplier",
+}
+
+
+class SamplerStateMismatch(ValueError):
+    """A saved data position belongs to a plan with other settings; `fields` names them."""
+
+    def __init__(self, message: str, *, fields: list[str]) -> None:
+        super().__init__(message)
+        self.fields = fields
 
 
 def derived_seed(seed: int, epoch: int, purpose: str) -> int:
@@ -172,7 +195,7 @@ class MicroBatchSampler:
         seed: int = 0,
         length_grouped: bool = False,
         bucket_synchronized: bool = False,
-        pad_to: PadTo = None,
+        pad_to: PadTo | ShapePolicy = None,
         mega_batch_multiplier: int = 50,
     ) -> None:
         for name, value in (
@@ -196,7 +219,8 @@ class MicroBatchSampler:
         self.seed = int(seed)
         self.length_grouped = bool(length_grouped)
         self.bucket_synchronized = bool(bucket_synchronized)
-        self.pad_to = check_pad_to(pad_to)
+        # The run's ShapePolicy or a seed-style pad_to; plans only need its lengths.
+        self.pad_to = ShapePolicy.of(pad_to).pad_to
         self.mega_batch_multiplier = int(mega_batch_multiplier)
         if self.bucket_synchronized:
             if not isinstance(self.pad_to, tuple):
@@ -267,6 +291,11 @@ class MicroBatchSampler:
     def __len__(self) -> int:
         return len(self.epoch_plan(self.epoch)[self.rank])
 
+    @property
+    def position(self) -> int:
+        """Micro-batches of the current epoch already taken (where iteration continues)."""
+        return self._position
+
     def __iter__(self) -> Iterator[MicroBatch]:
         plan = self.epoch_plan(self.epoch)[self.rank]
         if self._position >= len(plan):
@@ -302,22 +331,37 @@ class MicroBatchSampler:
             epoch, position = epoch + 1, 0
         return {"epoch": epoch, "position": position, **self._fingerprint()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at a saved epoch and position; refuses a plan that would differ."""
+    def load_state_dict(self, state: dict[str, Any], *, allow_changed: Sequence[str] = ()) -> None:
+        """Resume at a saved epoch and position; refuses a plan that would differ.
+
+        A changed setting is refused, naming its config field, unless that field is in
+        `allow_changed`; then the position is carried over by samples consumed (rounded down to
+        a whole optimizer window), accepting that the new plan repeats or skips some samples.
+        """
         expected = self._fingerprint()
-        changed = [
-            f"{key}: checkpoint {state[key]!r}, now {value!r}"
-            for key, value in expected.items()
-            if key in state and state[key] != value
-        ]
-        if changed:
-            raise ValueError(
+        changed = [key for key, value in expected.items() if key in state and state[key] != value]
+        refused = [key for key in changed if CONFIG_FIELDS[key] not in allow_changed]
+        if refused:
+            raise SamplerStateMismatch(
                 "cannot resume the data order exactly, the sampler settings changed ("
-                + "; ".join(changed)
-                + "); resume with the same data and sizes, or start a new run"
+                + "; ".join(
+                    f"{CONFIG_FIELDS[key]}: checkpoint {state[key]!r}, now {expected[key]!r}"
+                    for key in refused
+                )
+                + "); resume with the same data and sizes, start a new run, or accept the "
+                f"change with --allow-changed {','.join(CONFIG_FIELDS[k] for k in refused)}",
+                fields=[CONFIG_FIELDS[key] for key in refused],
             )
         self.epoch = int(state["epoch"])
-        self._position = int(state["position"])
+        position = int(state["position"])
+        if changed:
+            # Samples the saved plan had consumed over all ranks, in the new plan's micro-batches.
+            size = int(state.get("micro_batch_size", self.micro_batch_size))
+            ranks = int(state.get("num_replicas", self.num_replicas))
+            position = position * size * ranks // (self.micro_batch_size * self.num_replicas)
+            position -= position % self.grad_accum_steps
+            position = min(position, len(self))
+        self._position = position
         if not 0 <= self._position <= len(self):
             raise ValueError(
                 f"saved position {self._position} is outside this epoch's {len(self)} micro-batches"
@@ -325,9 +369,14 @@ class MicroBatchSampler:
 
 
 def sampler_from_config(
-    config: Config, lengths: Sequence[int], *, num_replicas: int, rank: int
+    config: Config,
+    lengths: Sequence[int],
+    *,
+    num_replicas: int,
+    rank: int,
+    shapes: ShapePolicy,
 ) -> MicroBatchSampler:
-    """The run's micro-batch sampler, built from its config (every loader must agree on it)."""
+    """The run's micro-batch sampler, from its config and its one shape policy."""
     training, data = config.training, config.data
     return MicroBatchSampler(
         lengths,
@@ -338,6 +387,6 @@ def sampler_from_config(
         seed=training.seed,
         length_grouped=data.length_grouped,
         bucket_synchronized=data.bucket_synchronized,
-        pad_to=pad_policy_from_config(config),
+        pad_to=shapes,
         mega_batch_multiplier=data.mega_batch_multiplier,
     )

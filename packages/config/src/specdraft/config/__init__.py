@@ -5,12 +5,10 @@ This package never imports torch, so `specdraft lint` stays fast enough for pre-
 
 from .buckets import (
     CompilePlan,
-    compile_plan,
     compile_plan_from,
     effective_buckets,
     effective_buckets_from,
     max_length_appended,
-    static_lengths,
 )
 from .loader import ConfigError, apply_overrides, load_config, read_toml, validate_config
 from .schema import (
@@ -26,6 +24,7 @@ from .schema import (
     TrackingConfig,
     TrainingConfig,
 )
+from .shape_policy import PadTo, ShapePolicy, check_pad_to, effective_anchor_buckets
 
 __version__ = "0.1.0"
 
@@ -41,16 +40,18 @@ __all__ = [
     "DisaggregatedConfig",
     "ModelConfig",
     "MooncakeConfig",
+    "PadTo",
+    "ShapePolicy",
     "TrackingConfig",
     "TrainingConfig",
     "apply_overrides",
-    "compile_plan",
+    "check_pad_to",
     "compile_plan_from",
+    "effective_anchor_buckets",
     "effective_buckets",
     "effective_buckets_from",
     "load_config",
     "max_length_appended",
     "read_toml",
-    "static_lengths",
     "validate_config",
 ]

@@ -1,8 +1,8 @@
-"""Effective shape buckets and the compile plan they imply: pure functions, one source of truth.
+"""Effective shape buckets and the compile-plan arithmetic: pure functions under `ShapePolicy`.
 
-Every caller (collate's `static_pad_length`, the backends, `explain-buckets`, the linter and
-`train --dry-run`) goes through `effective_buckets` and `compile_plan`, so the pad policy and the
-Dynamo limits can never disagree between call sites.
+Runs do not call these directly: `ShapePolicy.from_config` resolves the buckets once and
+`ShapePolicy.compile_plan` counts the graphs, so the pad policy and the Dynamo limits can never
+disagree between call sites. The linter uses `effective_buckets` for its notes.
 """
 
 from __future__ import annotations
@@ -43,27 +43,41 @@ def max_length_appended(config: Config) -> bool:
     return bool(config.training.static_shapes and buckets and buckets[-1] != config.data.max_length)
 
 
-def static_lengths(config: Config) -> tuple[int, ...] | None:
-    """All static lengths a run pads to: the buckets, (max_length,), or None for pad-to-longest."""
-    buckets = effective_buckets(config)
-    if buckets is not None:
-        return buckets
-    if config.training.static_shapes:
-        return (config.data.max_length,)
-    return None
-
-
 @dataclass(frozen=True)
 class CompilePlan:
-    """How compiled draft blocks are set up for a run (pure numbers, no torch)."""
+    """How compiled draft blocks are set up for a run (pure numbers, no torch).
+
+    Graphs per block = lengths x (anchor widths x train grad variants + eval): training traces
+    every (length, width) cell; evaluation predicts at num_anchors slots, one graph per length.
+    """
 
     enabled: bool
     dynamic: bool | None  # False = one static graph per shape; None = Dynamo decides
     num_shapes: int  # static input lengths (0 = dynamic lengths)
-    graphs_per_shape: int  # train: grad / no-grad block input; +1 for the eval no-grad forward
+    graphs_per_shape: int  # graphs per length: widths x grad variants, + 1 with evaluation
     graphs_per_block: int  # graphs one block's code object holds after warm-up
     recompile_limit: int | None  # torch._dynamo.config.recompile_limit to set (None = leave)
     accumulated_recompile_limit: int | None
+    num_widths: int = 1  # static anchor widths (the second dimension)
+    train_graphs_per_cell: int = 0  # grad variants per (length, width) cell
+    eval_graphs_per_shape: int = 0  # the no-grad evaluation forward, per length
+
+    @property
+    def num_cells(self) -> int:
+        """Static (length, anchor width) cells training runs."""
+        return self.num_shapes * self.num_widths
+
+    def arithmetic(self) -> str:
+        """The count spelled out: `3 length(s) x (2 width(s) x 2 + 1) = 15`."""
+        widths = (
+            f"{self.num_widths} width(s) x {self.train_graphs_per_cell}"
+            if self.num_widths > 1
+            else f"{self.train_graphs_per_cell}"
+        )
+        inner = f"{widths} + {self.eval_graphs_per_shape}" if self.eval_graphs_per_shape else widths
+        if self.num_widths > 1 or self.eval_graphs_per_shape:
+            inner = f"({inner})"
+        return f"{self.num_shapes} length(s) x {inner} = {self.graphs_per_block}"
 
     def describe(self) -> str:
         """One line for logs, `--dry-run` and `explain-buckets`."""
@@ -75,15 +89,14 @@ class CompilePlan:
                 "may recompile (turn on static_shapes to avoid it)"
             )
         return (
-            f"compile_blocks on, dynamic=False: {self.num_shapes} static shape(s) x "
-            f"{self.graphs_per_shape} graphs = {self.graphs_per_block} graphs per block class; "
+            f"compile_blocks on, dynamic=False: {self.arithmetic()} graphs per block class; "
             f"Dynamo recompile_limit = {self.recompile_limit}, accumulated_recompile_limit = "
             f"{self.accumulated_recompile_limit}"
         )
 
 
 def graphs_per_shape(with_eval: bool, num_blocks: int = 2) -> int:
-    """Graphs one compiled block class needs per static shape.
+    """Graphs one compiled block class needs per static shape (one anchor width).
 
     Training traces the blocks twice per shape: the first block's input comes from the frozen
     embedding and has no grad, the others' inputs do, and `requires_grad` is guarded on (a
@@ -95,14 +108,24 @@ def graphs_per_shape(with_eval: bool, num_blocks: int = 2) -> int:
 
 
 def compile_plan_from(
-    *, compile_blocks: bool, num_shapes: int | None, with_eval: bool, num_blocks: int = 1
+    *,
+    compile_blocks: bool,
+    num_shapes: int | None,
+    with_eval: bool,
+    num_blocks: int = 1,
+    num_widths: int = 1,
 ) -> CompilePlan:
-    """The compile plan for `num_shapes` static lengths (None = dynamic) and evaluation on/off."""
+    """The compile plan for `num_shapes` static lengths (None = dynamic) x `num_widths` widths.
+
+    Use `ShapePolicy.compile_plan`, which fills in the counts from the run's grid.
+    """
     if not compile_blocks:
         return CompilePlan(False, None, 0, 0, 0, None, None)
     if not num_shapes:
         return CompilePlan(True, None, 0, 0, 0, None, None)
-    per_shape = graphs_per_shape(with_eval, num_blocks)
+    train = graphs_per_shape(False, num_blocks)
+    evaluate = 1 if with_eval else 0
+    per_shape = num_widths * train + evaluate
     per_block = per_shape * num_shapes
     # The limit is counted per code object, so all blocks of one class share it: the count per
     # block is the count per code object.
@@ -110,17 +133,7 @@ def compile_plan_from(
     # torch 2.13's accumulated limit caps the cache entries of one code object across all its
     # recompile reasons; keep it well above the per-frame limit (never below Dynamo's default).
     accumulated = max(256, limit * (num_blocks + 2))
-    return CompilePlan(True, False, num_shapes, per_shape, per_block, limit, accumulated)
-
-
-def compile_plan(config: Config, *, with_eval: bool | None = None) -> CompilePlan:
-    """The compile plan of a run; evaluation counts when eval data is configured."""
-    if with_eval is None:
-        with_eval = bool(config.data.eval_paths)
-    lengths = static_lengths(config)
-    return compile_plan_from(
-        compile_blocks=config.training.compile_blocks,
-        num_shapes=len(lengths) if lengths else None,
-        with_eval=with_eval,
-        num_blocks=config.model.num_draft_layers,
-    )
+    return CompilePlan(
+        True, False, num_shapes, per_shape, per_block, limit, accumulated, num_widths, train,
+        evaluate,
+    )  # fmt: skip

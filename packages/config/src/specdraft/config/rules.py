@@ -45,6 +45,17 @@ def shape_problems(config: Config) -> list[Problem]:
                 f"is appended: effective buckets are {list(effective_buckets(config) or ())}",
             )
         )
+    anchors = training.static_anchor_buckets
+    if anchors and anchors[-1] != training.num_anchors:
+        problems.append(
+            Problem(
+                "SD217",
+                ("training", "static_anchor_buckets"),
+                f"training.num_anchors ({training.num_anchors}) is not the last anchor bucket, "
+                f"so it is appended: effective anchor buckets are "
+                f"{[*anchors, training.num_anchors]}",
+            )
+        )
     if training.fp8_linear and not training.static_shapes:
         problems.append(
             Problem(

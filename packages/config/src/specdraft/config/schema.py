@@ -9,12 +9,14 @@ and notes) are not errors and live in `rules.py`.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import math
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -43,11 +45,50 @@ def _rule(error_type: str, message: str, *, key: str | None = None, index: int |
 class _Section(BaseModel):
     """Base for every table: unknown keys are errors, assignment is validated."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    # No NaN or infinity anywhere: a non-finite rate, weight or timeout only fails later, and
+    # far from its key.
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False
+    )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _at_most_limit(cls, value: Any, info: ValidationInfo) -> Any:
+        # Checked on the raw value, before int conversion: `1e23` must read as "too large", not
+        # as pydantic's integer-parsing error, and no huge number reaches an allocation.
+        field = cls.model_fields.get(info.field_name or "")
+        metadata = field.metadata if field is not None else []
+        limit = next((m.le for m in metadata if getattr(m, "le", None) is not None), None)
+        if (
+            limit is not None
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value > limit
+        ):
+            raise _rule(
+                "above_limit",
+                f"above the largest allowed value {limit} (a larger value overflows, cannot be "
+                f"allocated or, for a rate, diverges); use a value <= {limit}",
+            )
+        return value
 
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
+
+# Upper bounds far above any real run and far below what overflows a tensor size or an int64
+# product of sizes, so an absurd value is a lint error instead of an allocation traceback or a
+# hang. Documented in docs/config.md through each field's `<=` constraint.
+MAX_SAMPLES_PER_BATCH = 4096
+MAX_ACCUM_STEPS = 4096
+MAX_TOKENS_PER_SAMPLE = 1 << 20
+MAX_ANCHORS = 1 << 16
+MAX_WIDTH = 1 << 20  # hidden widths and ranks
+MAX_LAYERS = 1024
+MAX_EPOCHS = 100_000
+MAX_RANKS_PER_NODE = 1024
+MAX_NODES = 65_536
 
 
 # --------------------------------------------------------------------------------------- model
@@ -58,15 +99,19 @@ class DFlash2Options(_Section):
 
     conv_group_size: PositiveInt = Field(
         16,
+        le=MAX_WIDTH,
         description="Channels that share one dynamic correction of the two-tap in-block "
         "depthwise convolution. Must divide the hidden size.",
     )
     selector_top_k: PositiveInt = Field(
         16,
+        le=MAX_WIDTH,
         description="Candidates kept per block position by the pairwise path selector.",
     )
     selector_rank: PositiveInt = Field(
-        256, description="Rank of the selector's pairwise bilinear score <A(a)*H(h), B(b)>."
+        256,
+        le=MAX_WIDTH,
+        description="Rank of the selector's pairwise bilinear score <A(a)*H(h), B(b)>.",
     )
     selector_loss_weight: float = Field(
         0.1, ge=0.0, description="Weight of the selector cross-entropy added to the DFlash loss."
@@ -84,7 +129,9 @@ class DSparkOptions(_Section):
     """`[model.dspark]`: the DSpark Markov head, confidence head and loss weights."""
 
     markov_rank: PositiveInt = Field(
-        256, description="Rank of the low-rank previous-token bias W2(E1[prev]) on the logits."
+        256,
+        le=MAX_WIDTH,
+        description="Rank of the low-rank previous-token bias W2(E1[prev]) on the logits.",
     )
     markov_type: Literal["vanilla", "gated", "rnn"] = Field(
         "vanilla",
@@ -120,9 +167,13 @@ class ModelConfig(_Section):
         ..., description="Draft family: 'dflash2' or 'dspark'."
     )
     block_size: PositiveInt = Field(
-        16, description="Tokens per draft block: the anchor token followed by block_size-1 masks."
+        16,
+        le=MAX_ANCHORS,
+        description="Tokens per draft block: the anchor token followed by block_size-1 masks.",
     )
-    num_draft_layers: PositiveInt = Field(1, description="Decoder layers in the draft model.")
+    num_draft_layers: PositiveInt = Field(
+        1, le=MAX_LAYERS, description="Decoder layers in the draft model."
+    )
     target_layer_ids: list[int] = Field(
         ...,
         min_length=1,
@@ -139,7 +190,7 @@ class ModelConfig(_Section):
         "bfloat16", description="Dtype of the draft weights (and of the exported checkpoint)."
     )
     draft_intermediate_size: PositiveInt | None = Field(
-        None, description="MLP width of the draft layers; defaults to the target's."
+        None, le=MAX_WIDTH, description="MLP width of the draft layers; defaults to the target's."
     )
     dflash2: DFlash2Options = Field(
         default_factory=DFlash2Options,
@@ -212,6 +263,7 @@ class DataConfig(_Section):
     )
     max_length: PositiveInt = Field(
         2048,
+        le=MAX_TOKENS_PER_SAMPLE,
         description="Tokens per sample after truncation. With static_shapes it must be a multiple "
         "of 128, and it is always the last shape bucket.",
     )
@@ -243,14 +295,18 @@ class DataConfig(_Section):
         "training.static_shape_buckets.",
     )
     mega_batch_multiplier: PositiveInt = Field(
-        50, description="Micro-batches per mega-batch for length grouping."
+        50,
+        le=MAX_SAMPLES_PER_BATCH,
+        description="Micro-batches per mega-batch for length grouping.",
     )
     cache_dir: str | None = Field(
         None,
         description="Where tokenised datasets (and the built-in tiny assets) are cached; "
         "defaults to $SPECDRAFT_CACHE or ~/.cache/specdraft.",
     )
-    num_workers: NonNegInt = Field(0, description="DataLoader worker processes per rank.")
+    num_workers: NonNegInt = Field(
+        0, le=MAX_RANKS_PER_NODE, description="DataLoader worker processes per rank."
+    )
 
 
 # ------------------------------------------------------------------------------------ training
@@ -264,16 +320,18 @@ class TrainingConfig(_Section):
         description="Data-parallel backend: 'fsdp1' (FullyShardedDataParallel) or "
         "'fsdp2' (fully_shard).",
     )
-    micro_batch_size: PositiveInt = Field(2, description="Samples per micro-batch per rank.")
-    grad_accum_steps: PositiveInt = Field(
-        4, description="Micro-batches accumulated per optimizer step."
+    micro_batch_size: PositiveInt = Field(
+        2, le=MAX_SAMPLES_PER_BATCH, description="Samples per micro-batch per rank."
     )
-    num_epochs: PositiveInt = Field(1, description="Passes over the training data.")
+    grad_accum_steps: PositiveInt = Field(
+        4, le=MAX_ACCUM_STEPS, description="Micro-batches accumulated per optimizer step."
+    )
+    num_epochs: PositiveInt = Field(1, le=MAX_EPOCHS, description="Passes over the training data.")
     max_steps: PositiveInt | None = Field(
         None,
         description="Stop after this many optimizer steps (overrides num_epochs when reached).",
     )
-    learning_rate: float = Field(6e-4, gt=0.0, description="Peak AdamW learning rate.")
+    learning_rate: float = Field(6e-4, gt=0.0, le=1.0, description="Peak AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     warmup_ratio: float = Field(
         0.04, ge=0.0, le=1.0, description="Share of the optimizer steps spent in linear warmup."
@@ -286,8 +344,11 @@ class TrainingConfig(_Section):
     )
     num_anchors: PositiveInt = Field(
         512,
-        description="Draft blocks per sample. Always this many slots, with a keep-mask for the "
-        "ones a sample cannot fill (no data-dependent width, no host sync).",
+        le=MAX_ANCHORS,
+        description="Draft blocks per sample at most. Static runs compute this many slots (or "
+        "the smallest static_anchor_buckets entry that fits), with a keep-mask for the ones a "
+        "sample cannot fill; pad-to-longest computes the batch's largest anchor count. The width "
+        "is chosen on the host from the loss masks (no device sync).",
     )
     loss_decay_gamma: float | None = Field(
         None,
@@ -311,6 +372,13 @@ class TrainingConfig(_Section):
         "above data.max_length); each micro-batch pads to the smallest that fits. max_length is "
         "appended when missing. Requires static_shapes.",
     )
+    static_anchor_buckets: list[int] | None = Field(
+        None,
+        description="A few anchor counts (positive, strictly increasing, none above "
+        "num_anchors); each micro-batch computes the smallest that holds its fullest sample's "
+        "anchors, so no step computes empty anchor blocks. num_anchors is appended when missing. "
+        "Requires static_shapes.",
+    )
     compile_blocks: bool = Field(
         False, description="torch.compile each draft block in place before it is sharded."
     )
@@ -332,6 +400,7 @@ class TrainingConfig(_Section):
     )
     logits_chunk_blocks: PositiveInt = Field(
         64,
+        le=MAX_ANCHORS,
         description="Draft blocks per chunk when computing full-vocabulary logits under "
         "activation checkpointing (bounds the logits memory).",
     )
@@ -339,6 +408,13 @@ class TrainingConfig(_Section):
     log_interval: PositiveInt = Field(10, description="Optimizer steps between metric lines.")
     eval_interval: NonNegInt = Field(
         0, description="Optimizer steps between evaluations (0 = only at the end)."
+    )
+    nonfinite_loss: Literal["stop", "skip"] = Field(
+        "stop",
+        description="A step whose loss or gradient norm is NaN or infinite: 'stop' ends the run "
+        "with an error naming the step and the last good checkpoint (nothing is saved from "
+        "the bad step); 'skip' drops that step's update, counts it (train/skipped_steps) and "
+        "goes on.",
     )
     seed: int = Field(42, description="Seed for weights, data order and anchors.")
     resume_from: str | None = Field(
@@ -369,8 +445,46 @@ class TrainingConfig(_Section):
                 )
         return value
 
+    @field_validator("static_anchor_buckets")
+    @classmethod
+    def _anchor_bucket_values(cls, value: list[int] | None) -> list[int] | None:
+        if value is None:
+            return None
+        for i, count in enumerate(value):
+            if count <= 0:
+                raise _rule(
+                    "anchor_bucket_not_positive",
+                    f"anchor bucket {count} is not a positive anchor count",
+                    key="training.static_anchor_buckets",
+                    index=i,
+                )
+            if i and count <= value[i - 1]:
+                raise _rule(
+                    "anchor_bucket_not_increasing",
+                    f"anchor buckets must be strictly increasing: {count} follows {value[i - 1]}",
+                    key="training.static_anchor_buckets",
+                    index=i,
+                )
+        return value
+
     @model_validator(mode="after")
     def _bucket_needs_static(self) -> TrainingConfig:
+        for i, count in enumerate(self.static_anchor_buckets or ()):
+            if count > self.num_anchors:
+                raise _rule(
+                    "anchor_bucket_above_num_anchors",
+                    f"anchor bucket {count} is above training.num_anchors = {self.num_anchors}; "
+                    f"drop it or raise num_anchors",
+                    key="training.static_anchor_buckets",
+                    index=i,
+                )
+        if self.static_anchor_buckets and not self.static_shapes:
+            raise _rule(
+                "anchor_buckets_without_static",
+                "static_anchor_buckets requires static_shapes = true (pad-to-longest already "
+                "computes exactly the batch's largest anchor count)",
+                key="training.static_anchor_buckets",
+            )
         if self.static_shape_buckets and not self.static_shapes:
             raise _rule(
                 "buckets_without_static",
@@ -443,6 +557,14 @@ class DisaggregatedConfig(_Section):
     sglang_args: list[str] = Field(
         default_factory=list, description="Extra arguments for `python -m sglang.launch_server`."
     )
+    sglang_interface: Literal["auto", "0.5.23", "aux-capture"] = Field(
+        "auto",
+        description="SGLang's aux hidden-state capture flags: 'auto' asks the installed SGLang "
+        "(its ServerArgs fields); '0.5.23' forces `--enable-return-aux-hidden-states "
+        "--speculative-algorithm DFLASH|DSPARK --return-aux-hidden-state-layer-ids ...`; "
+        "'aux-capture' forces the later `--aux-hidden-state-capture dflash|dspark "
+        "--aux-hidden-state-layer-ids ...`.",
+    )
     store: Literal["local", "mooncake"] = Field(
         "local",
         description="Feature store: 'local' (files under the run folder, one machine) or "
@@ -499,8 +621,10 @@ class DeploymentConfig(_Section):
         description="'local': the target runs in-process (or offline features); "
         "'disaggregated': capture server -> feature store -> producer -> trainer ranks.",
     )
-    nproc_per_node: PositiveInt = Field(1, description="Trainer ranks per node.")
-    nnodes: PositiveInt = Field(1, description="Nodes in the trainer group.")
+    nproc_per_node: PositiveInt = Field(
+        1, le=MAX_RANKS_PER_NODE, description="Trainer ranks per node."
+    )
+    nnodes: PositiveInt = Field(1, le=MAX_NODES, description="Nodes in the trainer group.")
     disaggregated: DisaggregatedConfig = Field(
         default_factory=DisaggregatedConfig,
         description="Disaggregated runtime options (mode = 'disaggregated').",
@@ -648,9 +772,14 @@ RULE_TYPES = (
     "bucket_above_max_length",
     "max_length_not_multiple",
     "bucket_sync_without_buckets",
+    "anchor_bucket_not_positive",
+    "anchor_bucket_not_increasing",
+    "anchor_bucket_above_num_anchors",
+    "anchor_buckets_without_static",
     "loss_decay_gamma_missing",
     "fp8_needs_fsdp2",
     "block_too_small",
     "features_with_disaggregated",
     "watermark_below_window",
+    "above_limit",
 )

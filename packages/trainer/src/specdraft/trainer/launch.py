@@ -6,10 +6,15 @@ point directly. Otherwise one rank on one node runs in-process, and more ranks a
 PyTorch's elastic launcher with the same flags torchrun takes for multi-node. A rank that raises is
 recorded (its traceback lands in the launcher's error file) and the launcher stops the others, so
 a failure ends the run instead of hanging it.
+
+The rendezvous store (a TCPStore on node 0 that every rank trusts) listens on 127.0.0.1 for a
+single-node run and on `--master-addr` only for a multi-node one: torch's static rendezvous
+would listen on every interface, where anyone could set its keys.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import uuid
@@ -17,7 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .runtime.distributed import cpu_thread_env, free_port
+from .runtime.distributed import bind_listener, cpu_thread_env, free_port
+
+# Our static rendezvous: torch's, with the store's listening socket bound to one address.
+RDZV_BACKEND = "specdraft-static"
 
 
 @dataclass(frozen=True)
@@ -56,18 +64,23 @@ def launch(plan: LaunchPlan, entrypoint: Callable[..., Any], *args: Any) -> Any:
 
     # Ranks on one CPU machine must share its cores (the children inherit the environment).
     os.environ.update(cpu_thread_env(plan.nproc_per_node))
+    if plan.nnodes == 1:
+        # Gloo's pairs listen on the address of the host name, often a public interface; ranks
+        # of one machine only need loopback. A value the user set wins.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     # The agent logs every child's traceback at ERROR; we print the first failure ourselves.
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
 
     port = plan.master_port or (free_port() if plan.nnodes == 1 else 29500)
+    _register_bound_rendezvous()
     config = LaunchConfig(
         min_nodes=plan.nnodes,
         max_nodes=plan.nnodes,
         nproc_per_node=plan.nproc_per_node,
         run_id=f"specdraft-{uuid.uuid4().hex[:8]}" if plan.nnodes == 1 else "specdraft",
         # Static rendezvous: every node is told its rank, like torchrun --node-rank.
-        rdzv_backend="static",
-        rdzv_endpoint=f"{plan.master_addr}:{port}",
+        rdzv_backend=RDZV_BACKEND,
+        rdzv_endpoint=f"{rendezvous_host(plan)}:{port}",
         rdzv_configs={"rank": plan.node_rank, "timeout": 900},
         max_restarts=0,  # a failed rank fails the run; resume from the last checkpoint instead
         monitor_interval=0.5,
@@ -78,6 +91,58 @@ def launch(plan: LaunchPlan, entrypoint: Callable[..., Any], *args: Any) -> Any:
     except ChildFailedError as exc:
         raise RankFailed(_describe_failure(exc)) from None
     return results.get(0) if isinstance(results, dict) else results
+
+
+def rendezvous_host(plan: LaunchPlan) -> str:
+    """The address the rendezvous store binds: loopback unless other nodes must reach it."""
+    return "127.0.0.1" if plan.nnodes == 1 else plan.master_addr
+
+
+def _register_bound_rendezvous() -> None:
+    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
+
+    # The registry refuses a second registration of a name: once per process.
+    if not getattr(_register_bound_rendezvous, "done", False):
+        rendezvous_handler_registry.register(RDZV_BACKEND, _create_bound_rendezvous)
+        _register_bound_rendezvous.done = True  # type: ignore[attr-defined]
+
+
+def _create_bound_rendezvous(params: Any) -> Any:
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import (
+        StaticTCPRendezvous,
+        create_rdzv_handler,
+    )
+
+    class BoundStaticRendezvous(StaticTCPRendezvous):
+        """Torch's static rendezvous, whose store on node 0 listens on master_addr only."""
+
+        def get_backend(self) -> str:
+            return RDZV_BACKEND
+
+        def next_rendezvous(self) -> Any:
+            if self._store is None and self.rank == 0:
+                self._listener = bind_listener(self.master_addr, self.master_port)
+                self._store = TCPStore(
+                    self.master_addr,
+                    self.master_port,
+                    self.world_size,
+                    True,
+                    self.timeout,
+                    multi_tenant=True,
+                    master_listen_fd=self._listener.fileno(),
+                )
+            return super().next_rendezvous()
+
+    base = create_rdzv_handler(params)
+    return BoundStaticRendezvous(
+        base.master_addr,
+        base.master_port,
+        base.rank,
+        base.world_size,
+        base.run_id,
+        int(base.timeout / dt.timedelta(seconds=1)),
+    )
 
 
 def _recorded(entrypoint: Callable[..., Any]) -> Callable[..., Any]:

@@ -33,6 +33,9 @@ SHAREGPT_SPEAKERS = {"user": "human", "assistant": "gpt", "system": "system", "t
 # stops there: training truncates at max_length, so a later answer would never be seen.
 MIN_ANSWER_TOKENS = 2
 PROMPT_TOO_LONG = "prompt_too_long"
+# The generator gave no text for a turn (e.g. an endpoint's `content: null`): the conversation
+# is not written, and counted under this reason.
+BAD_ANSWER = "bad_answer"
 
 
 class RegenerateError(RuntimeError):
@@ -58,8 +61,9 @@ class Responder(Protocol):
     def describe(self) -> dict[str, Any]:
         """What generates the answers (recorded with the output, checked on resume)."""
 
-    def answer(self, prompts: Sequence[Prompt]) -> list[str]:
-        """The target's greedy answer to each prompt, stopped at its end-of-turn token."""
+    def answer(self, prompts: Sequence[Prompt]) -> list[str | None]:
+        """The target's greedy answer to each prompt, stopped at its end-of-turn token; None
+        for a prompt the generator gave no usable text for (counted as BAD_ANSWER)."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +187,7 @@ class _Replay:
     out: list[dict[str, str]] = field(default_factory=list)
     position: int = 0
     cut: bool = False
+    bad_answer: bool = False
 
     def next_prompt(self, render: PromptRenderer, max_length: int) -> Prompt | None:
         """Copy turns up to the next assistant turn and return its prompt (None when done)."""
@@ -238,8 +243,12 @@ def regenerate_chunk(
                 f"the generator answered {len(answers)} of {len(pending)} prompts"
             )
         for (replay, _), answer in zip(pending, answers, strict=True):
+            if answer is None:
+                replay.bad_answer = True
+                replay.position = len(replay.source)
+                continue
             replay.add_answer(answer)
-        result.answers += len(pending)
+            result.answers += 1
 
 
 # ------------------------------------------------------------------------------------- run
@@ -280,6 +289,9 @@ def regenerate(
                 rows = []
                 for record, replay in zip(chunk, replays, strict=True):
                     if record.key in done:
+                        continue
+                    if replay.bad_answer:
+                        result.skipped[BAD_ANSWER] = result.skipped.get(BAD_ANSWER, 0) + 1
                         continue
                     result.cut_at_max_length += int(replay.cut)
                     rows.append(

@@ -26,6 +26,8 @@ def regenerate_from_config(
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool = True,
+    api_key: str | None = None,
+    timeout_s: float | None = None,
 ) -> RegenerateResult:
     """Regenerate records first..first+count of `sources` (default data.train_paths) into `out`."""
     from .assets.cache import cache_root
@@ -49,10 +51,15 @@ def regenerate_from_config(
     )
     responder: Any
     if endpoint:
-        from .regenerate_endpoint import EndpointResponder
+        from .regenerate_endpoint import DEFAULT_TIMEOUT_S, EndpointResponder
 
         responder = EndpointResponder(
-            endpoint, model=model, max_new_tokens=max_new_tokens, concurrency=batch_size
+            endpoint,
+            model=model,
+            max_new_tokens=max_new_tokens,
+            concurrency=batch_size,
+            timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s,
+            api_key=api_key,
         )
     else:
         from .regenerate_local import LocalResponder

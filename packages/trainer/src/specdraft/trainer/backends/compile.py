@@ -99,7 +99,7 @@ def recompile_limit_message(exc: BaseException) -> str:
     if plan is not None:
         planned = (
             f"The run's compile plan needs {plan.graphs_per_block} graphs per block class "
-            f"({plan.num_shapes} static shape(s) x {plan.graphs_per_shape}) and sets "
+            f"({plan.arithmetic()}) and sets "
             f"recompile_limit = {plan.recompile_limit}, accumulated_recompile_limit = "
             f"{plan.accumulated_recompile_limit}."
         )
@@ -109,8 +109,9 @@ def recompile_limit_message(exc: BaseException) -> str:
         f"a compiled draft block hit Dynamo's {limit_type} "
         f"(torch._dynamo.config.{limit_type} = {current}). {planned} Either the limit was "
         "lowered after specdraft set it (by your code or another library), or blocks see more "
-        "shapes than the plan counts: check that every loader pads with the run's pad policy "
-        "(training.static_shapes / training.static_shape_buckets / data.max_length) and run "
+        "shapes than the plan counts: check that every loader pads with the run's shape policy "
+        "(training.static_shapes / training.static_shape_buckets / "
+        "training.static_anchor_buckets / data.max_length) and run "
         "with TORCH_LOGS=recompiles to see which guard failed."
     )
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 
-from specdraft.config import CompilePlan, Config, compile_plan_from, static_lengths
+from specdraft.config import CompilePlan, Config, ShapePolicy
 
 
 @dataclass(frozen=True)
@@ -20,17 +20,15 @@ class BackendOptions:
     reduce_dtype: torch.dtype = torch.float32  # gradients are always reduced in fp32
     reshard_after_forward: bool = True
     compile_blocks: bool = False
-    # Number of static shapes the compiled blocks will see; set only when compile_blocks is on
-    # (bucket padding alone needs nothing from the backend). 0 = dynamic lengths.
-    compile_shape_buckets: int = 0
+    # The run's one shape policy: the compile plan counts its (length x anchor width) grid.
+    shapes: ShapePolicy = field(default_factory=ShapePolicy)
     compile_with_eval: bool = False
     fp8_linear: bool = False
 
     def compile_plan(self, num_blocks: int) -> CompilePlan:
         """The compile plan these options imply for a draft with `num_blocks` blocks."""
-        return compile_plan_from(
+        return self.shapes.compile_plan(
             compile_blocks=self.compile_blocks,
-            num_shapes=self.compile_shape_buckets or None,
             with_eval=self.compile_with_eval,
             num_blocks=num_blocks,
         )
@@ -44,11 +42,14 @@ def resolve_param_dtype(mixed_precision: str, device: torch.device) -> torch.dty
 
 
 def backend_options_from_config(
-    config: Config, device: torch.device, *, with_eval: bool | None = None
+    config: Config,
+    device: torch.device,
+    *,
+    shapes: ShapePolicy,
+    with_eval: bool | None = None,
 ) -> BackendOptions:
     """The run assembly's one place that turns the config into BackendOptions."""
     training = config.training
-    lengths = static_lengths(config)  # effective buckets, (max_length,), or None
     if with_eval is None:
         with_eval = bool(config.data.eval_paths)
     return BackendOptions(
@@ -57,8 +58,7 @@ def backend_options_from_config(
         param_dtype=resolve_param_dtype(training.mixed_precision, device),
         reshard_after_forward=training.reshard_after_forward,
         compile_blocks=training.compile_blocks,
-        # Passed only with compile_blocks: uncompiled bucket padding works on either backend.
-        compile_shape_buckets=len(lengths) if (training.compile_blocks and lengths) else 0,
+        shapes=shapes,
         compile_with_eval=with_eval,
         fp8_linear=training.fp8_linear,
     )

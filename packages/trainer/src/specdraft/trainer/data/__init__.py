@@ -12,6 +12,7 @@ from .chat_template import (
 from .conversations import ROLE_ALIASES, normalise_conversation, read_conversation_file
 from .dataset import (
     CorpusLengths,
+    EmptyCorpusError,
     build_dataset,
     corpus_lengths,
     load_tokenizer,
@@ -37,6 +38,7 @@ __all__ = [
     "ChatTemplateError",
     "CorpusLengths",
     "DataReport",
+    "EmptyCorpusError",
     "JsonArrayError",
     "TemplateSpanError",
     "TokenizedConversation",

@@ -90,11 +90,16 @@ def save_dataset(folder: Path, dataset: Any, report: DataReport) -> None:
     )
 
 
+def load_dataset_report(folder: Path) -> DataReport:
+    """The report stored next to a cached dataset."""
+    report = DataReport.from_dict(json.loads((folder / REPORT_FILE).read_text(encoding="utf-8")))
+    report.cache_path = os.fspath(folder)
+    return report
+
+
 def load_dataset_entry(folder: Path) -> tuple[Any, DataReport]:
     """Load a cached dataset (memory-mapped) and its report."""
     import datasets
 
     dataset = datasets.load_from_disk(str(folder / DATA_DIR))
-    report = DataReport.from_dict(json.loads((folder / REPORT_FILE).read_text(encoding="utf-8")))
-    report.cache_path = os.fspath(folder)
-    return dataset, report
+    return dataset, load_dataset_report(folder)

@@ -9,6 +9,7 @@ becomes one counted bad row instead of a failed run.
 
 from __future__ import annotations
 
+import codecs
 import json
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,12 @@ def read_conversation_file(
         )
     if not path.is_file():
         raise FileNotFoundError(f"data path {path}: no such file")
+    bad_utf8 = first_invalid_utf8(path)
+    if bad_utf8 is not None:
+        # pyarrow loads invalid UTF-8 without complaint and fails when a row is read, which
+        # would stop the whole file; read it per record so the bad row alone is counted.
+        note = f"the file is not valid UTF-8 ({bad_utf8}); read per record"
+        return _read_per_record(path, note)
     try:
         import datasets
 
@@ -62,6 +69,10 @@ def read_conversation_file(
         # pyarrow refuses the whole file for one bad line or a mix of types; fall back to a
         # record-by-record read that keeps every good row.
         note = f"datasets could not read the file as a whole ({_first_line(exc)}); read per record"
+    return _read_per_record(path, note)
+
+
+def _read_per_record(path: Path, note: str) -> SourceRead:
     if path.suffix == ".jsonl":
         records = _read_jsonl_records(path)
         return SourceRead(str(path), records, len(records), via="records", notes=[note])
@@ -75,13 +86,44 @@ def _first_line(exc: Exception) -> str:
     return text[0][:200] if text else type(exc).__name__
 
 
+def first_invalid_utf8(path: str | Path) -> str | None:
+    """Where a file first breaks UTF-8 ('line N, byte 0xXX'), or None when it is valid."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    line = 1
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as exc:
+                # exc.object is the decoder's pending bytes plus this chunk: near enough to count
+                # the lines before the bad byte.
+                where = line + exc.object[: exc.start].count(b"\n")
+                return f"line {where}, byte 0x{exc.object[exc.start]:02x}"
+            line += chunk.count(b"\n")
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            return f"line {line}, a multi-byte character cut off at the end of the file"
+    return None
+
+
 def _read_jsonl_records(path: Path) -> list[Any]:
-    """One record per non-blank line; a line that is not JSON becomes a Malformed marker."""
+    """One record per non-blank line; a line that is not UTF-8 JSON becomes a Malformed marker."""
     records: list[Any] = []
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
+    with open(path, "rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            if not raw.strip():
                 # Blank lines are not rows (as in `datasets`), so row indices agree with it.
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                records.append(
+                    Malformed(
+                        f"line {line_number} is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at "
+                        f"column {exc.start + 1})"
+                    )
+                )
                 continue
             try:
                 records.append(json.loads(line))
@@ -128,6 +170,9 @@ def _normalise_turn(turn: Any, index: int, schema: str) -> dict[str, str]:
         raise BadRow(
             MALFORMED, f"{schema}[{index}] content is a {type(content).__name__}, not a string"
         )
+    if not content.isascii() and not _encodable(content):
+        # A JSON array read with surrogateescape keeps undecodable bytes as lone surrogates.
+        raise BadRow(MALFORMED, f"{schema}[{index}] content is not valid UTF-8 text")
     role = ROLE_ALIASES.get(str(speaker).strip().lower())
     if role is None:
         raise BadRow(
@@ -135,6 +180,14 @@ def _normalise_turn(turn: Any, index: int, schema: str) -> dict[str, str]:
             f"{schema}[{index}] has unknown role {speaker!r} (known: {', '.join(ROLE_ALIASES)})",
         )
     return {"role": role, "content": content}
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _first_present(turn: dict[str, Any], *keys: str) -> Any:

@@ -15,7 +15,13 @@ from typing import Any, Literal
 
 from ..assets.cache import build_once, cache_root
 from .bad_rows import BadRow, BadRowCounter, check_supervised_pair
-from .cache import dataset_cache_key, load_dataset_entry, save_dataset, tokenizer_fingerprint
+from .cache import (
+    dataset_cache_key,
+    load_dataset_entry,
+    load_dataset_report,
+    save_dataset,
+    tokenizer_fingerprint,
+)
 from .chat_template import ChatTemplate, resolve_chat_template
 from .conversations import normalise_conversation
 from .report import DataReport
@@ -23,6 +29,20 @@ from .sources import check_source, read_source, source_fingerprint
 from .tokenize import tokenize_conversation, trim_unsupervised_tail
 
 _ROWS_PER_BATCH = 1024
+
+
+class EmptyCorpusError(ValueError):
+    """No row of a split's data paths can train: names the field, each file and its counts."""
+
+    def __init__(self, field: str, report: DataReport) -> None:
+        self.field = field
+        self.report = report
+        super().__init__(
+            f"{field}: no usable conversation ({report.describe_sources()}). Fix: point {field} "
+            f"at ShareGPT-style rows ('conversations' with from/value or 'messages' with "
+            f"role/content) that hold an assistant turn of at least two tokens within "
+            f"data.max_length ({report.max_length})"
+        )
 
 
 @dataclass
@@ -93,6 +113,11 @@ def build_dataset(
     root = cache_root(data.cache_dir)
     entry = root / "datasets" / f"{split}-{key}"
     hit = entry.is_dir()
+    if hit:
+        # An entry cached before empty corpora were refused holds no rows: refuse it the same way.
+        cached = load_dataset_report(entry)
+        if cached.kept == 0:
+            raise EmptyCorpusError(field, cached)
 
     def tokenise_into(folder: Path) -> None:
         dataset, report = tokenise_sources(
@@ -106,6 +131,9 @@ def build_dataset(
             hf_cache_dir=root / "hf-json",
         )
         report.fingerprint = key
+        if report.kept == 0:
+            # Raised before anything is cached, so fixing the files is picked up on the next run.
+            raise EmptyCorpusError(field, report)
         save_dataset(folder, dataset, report)
 
     build_once(entry, tokenise_into)
@@ -138,6 +166,7 @@ def tokenise_sources(
     for spec in specs:
         read = read_source(spec, hf_cache_dir=hf_cache_dir)
         report.notes.extend(read.notes)
+        before = (report.rows_read, report.kept, dict(counter.counts))
         rows_of = _tokenise_rows(
             read, spec, tokenizer, template, max_length, counter, report, offset, progress
         )
@@ -150,6 +179,12 @@ def tokenise_sources(
                 report.stopped_at_limit = True
                 break
         report.dropped_incomplete += read.dropped_incomplete
+        report.per_source[read.label] = {
+            "rows_read": report.rows_read - before[0],
+            "kept": report.kept - before[1],
+            "skipped": {k: v - before[2][k] for k, v in counter.counts.items()},
+            "dropped_incomplete": read.dropped_incomplete,
+        }
         offset += read.total
         if report.stopped_at_limit:
             break

@@ -43,7 +43,10 @@ def iter_json_array(path: str | Path, stats: ArrayReadStats | None = None) -> It
     """
     stats = stats if stats is not None else ArrayReadStats()
     decoder = json.JSONDecoder()
-    with open(path, encoding="utf-8") as handle:
+    # Undecodable bytes become lone surrogates instead of stopping the read: they can only sit
+    # inside a record's strings (anywhere else is a syntax error that names the place), and
+    # `normalise_conversation` counts such a record as a malformed row.
+    with open(path, encoding="utf-8", errors="surrogateescape") as handle:
         reader = _Buffer(handle)
         reader.skip_whitespace()
         if reader.at_end():

@@ -23,6 +23,9 @@ class DataReport:
     max_length: int = 0
     stopped_at_limit: bool = False
     notes: list[str] = field(default_factory=list)
+    # Per data path: rows read, kept, skipped by reason and cut-off records dropped, so an
+    # empty or all-bad corpus can be reported file by file.
+    per_source: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The dataset's cache key: a hash of the data files, template, tokenizer, max_length, sample
     # limit and bad-row policy. Anything derived from the dataset (feature shards, eval records)
     # can key on it.
@@ -44,6 +47,20 @@ class DataReport:
         """Inverse of to_dict; unknown keys (from a newer version) are ignored."""
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
+
+    def describe_sources(self) -> str:
+        """Per data path: rows read, kept, skipped by reason and cut-off records dropped."""
+        parts = []
+        for source, counts in self.per_source.items():
+            skipped = counts.get("skipped", {})
+            reasons = ", ".join(f"{k} {v}" for k, v in skipped.items() if v) or "none"
+            dropped = counts.get("dropped_incomplete", 0)
+            tail = f", {dropped} cut-off record(s) dropped" if dropped else ""
+            parts.append(
+                f"{source}: {counts.get('rows_read', 0)} row(s) read, {counts.get('kept', 0)} "
+                f"kept, skipped: {reasons}{tail}"
+            )
+        return "; ".join(parts) or f"{self.source}: {self.rows_read} row(s) read"
 
     def describe(self) -> str:
         """One line for logs: kept, skipped by reason, dropped, truncated."""

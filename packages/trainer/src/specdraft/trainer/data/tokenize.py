@@ -37,11 +37,42 @@ def tokenize_conversation(
     max_length: int,
 ) -> TokenizedConversation:
     """Render, tokenise and mask one conversation (assistant turns only), cut to max_length."""
+    messages, cut = cut_long_turns(messages, max_length)
     text = render_chat(template, messages, tokenizer)
     spans = assistant_char_spans(messages, tokenizer, template, text)
     if encodes_piecewise(tokenizer):
-        return _by_pieces(text, spans, tokenizer, max_length)
-    return _by_offsets(text, spans, tokenizer, max_length)
+        out = _by_pieces(text, spans, tokenizer, max_length)
+    else:
+        out = _by_offsets(text, spans, tokenizer, max_length)
+    if cut and not out.truncated:
+        out = TokenizedConversation(out.input_ids, out.loss_mask, True)
+    return out
+
+
+# No token of a real vocabulary spans more than this many characters (long BPE merges of code
+# indentation reach a few dozen), so the first max_length tokens of any text lie within its
+# first max_length * MAX_CHARS_PER_TOKEN characters.
+MAX_CHARS_PER_TOKEN = 64
+
+
+def turn_char_budget(max_length: int) -> int:
+    """Characters of one turn that can still matter when a sample is cut to max_length tokens."""
+    return max_length * MAX_CHARS_PER_TOKEN
+
+
+def cut_long_turns(
+    messages: Sequence[dict[str, str]], max_length: int
+) -> tuple[Sequence[dict[str, str]], bool]:
+    """Cut every turn to `turn_char_budget(max_length)` characters; return (messages, any cut).
+
+    Beyond the budget a turn's text cannot reach the first max_length tokens, so cutting it
+    changes no kept token; it keeps a hostile multi-megabyte turn from being rendered and
+    tokenised in full.
+    """
+    budget = turn_char_budget(max_length)
+    if all(len(m["content"]) <= budget for m in messages):
+        return messages, False
+    return [{**m, "content": m["content"][:budget]} for m in messages], True
 
 
 def trim_unsupervised_tail(conversation: TokenizedConversation) -> TokenizedConversation:

@@ -20,11 +20,12 @@ from .protocol import (
 
 
 class HttpCaptureClient:
-    """A `CaptureClient` for one embedded capture server at `url`."""
+    """A `CaptureClient` for one embedded capture server at `url` (sending the run's secret)."""
 
-    def __init__(self, url: str, spec: CaptureSpec) -> None:
+    def __init__(self, url: str, spec: CaptureSpec, *, secret: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.spec = spec
+        self._secret = secret
 
     def __repr__(self) -> str:
         return f"HttpCaptureClient({self.url!r})"
@@ -33,7 +34,11 @@ class HttpCaptureClient:
         """Capture one prompt; the reply is checked against the request and the spec."""
         try:
             body = call_json(
-                "POST", f"{self.url}/capture", request_to_json(request), timeout=timeout
+                "POST",
+                f"{self.url}/capture",
+                request_to_json(request),
+                timeout=timeout,
+                secret=self._secret,
             )
         except HttpFailure as exc:
             raise http_capture_error(exc) from None
@@ -47,7 +52,7 @@ class HttpCaptureClient:
     def health(self, *, timeout: float) -> bool:
         """True when GET /health answers 'ok' in time."""
         try:
-            body = call_json("GET", f"{self.url}/health", timeout=timeout)
+            body = call_json("GET", f"{self.url}/health", timeout=timeout, secret=self._secret)
         except HttpFailure:
             return False
         return isinstance(body, dict) and body.get("status") == "ok"

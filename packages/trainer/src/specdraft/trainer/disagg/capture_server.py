@@ -3,7 +3,9 @@
 A capture runs the target on the prompt, writes the sample's tensors into the feature store and
 only then answers with the reply (keys, shapes, dtypes). An error answers 4xx/5xx with a JSON
 `error` and no reply, so the producer never publishes a sample whose bytes are not all stored.
-Bound to 127.0.0.1 by default: it is an internal service of one run, with no authentication.
+Bound to 127.0.0.1 by default. It is an internal service of one run: given the run's secret,
+it answers only requests that carry it (401 otherwise, before anything runs), and it captures
+only for its own run id (403 otherwise), so nothing foreign lands in the store.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class CaptureServer(JsonService):
         max_length: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        run_id: str | None = None,
+        secret: str | None = None,
     ) -> None:
         if spec.layer_ids != target.layer_ids or spec.hidden_size != target.hidden_size:
             raise ValueError(
@@ -52,12 +56,14 @@ class CaptureServer(JsonService):
         self.store = store
         self.spec = spec
         self.max_length = max_length
+        self.run_id = run_id
         self.captures = 0
         self._http = JsonServer(
             {("GET", "/health"): self._health, ("POST", "/capture"): self._capture},
             host=host,
             port=port,
             name="capture-server",
+            secret=secret,
         )
 
     def _health(self, _body: Any) -> tuple[int, Any]:
@@ -75,6 +81,12 @@ class CaptureServer(JsonService):
             request = request_from_json(body)
         except ProtocolError as exc:
             return 400, {"error": str(exc)}
+        if self.run_id is not None and request.run != self.run_id:
+            # Another run's keys would be orphans no producer of this run ever removes.
+            return 403, {
+                "error": f"sample {request.sample_id}: this server captures for run "
+                f"{self.run_id!r}, not {request.run!r} (config field run_id)"
+            }
         seq_len = len(request.input_ids)
         if self.max_length is not None and seq_len > self.max_length:
             return 413, {
@@ -108,8 +120,10 @@ def build_capture_server(
     host: str = "127.0.0.1",
     dtype: str | None = None,
     device: str = "cpu",
+    secret: str | None = None,
 ) -> CaptureServer:
-    """The embedded capture server a config describes (target, layers, DSpark, max_length).
+    """The embedded capture server a config describes (target, layers, DSpark, max_length,
+    run_id); with `secret`, only requests carrying it are served.
 
     The target runs in `dtype` if given, else as the local path runs it (bf16 on CUDA, fp32 on
     the CPU: the rule of `train.assembly.target_dtype`, not imported to keep this process light),
@@ -122,4 +136,13 @@ def build_capture_server(
         Path(model.target), model.target_layer_ids, dtype=dtype, device=device
     )
     spec = capture_spec(model.target_layer_ids, target.hidden_size, algorithm=model.algorithm)
-    return CaptureServer(target, store, spec, max_length=cfg.data.max_length, host=host, port=port)
+    return CaptureServer(
+        target,
+        store,
+        spec,
+        max_length=cfg.data.max_length,
+        host=host,
+        port=port,
+        run_id=cfg.run_id,
+        secret=secret,
+    )

@@ -1,6 +1,7 @@
 """The window controller: the producer's HTTP face towards the trainer ranks.
 
-Routes (JSON in and out, stdlib server, 127.0.0.1 unless configured):
+Routes (JSON in and out, stdlib server, 127.0.0.1 unless configured; every route but /health
+needs the run's secret, see `http_json`):
   GET  /health                          {"status": "ok" | "failed", "done": bool}
   GET  /plan                            total_steps, windows_per_epoch, world_size, run
   GET  /stats                           the producer's counters (producer/*, store/*)
@@ -17,11 +18,12 @@ ranks find it again after the supervisor restarts the producer on another port.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
-from .http_json import JsonServer, JsonService
+from .http_json import JsonServer, JsonService, private_dir, write_private
 from .producer import (
     Producer,
     ProducerError,
@@ -33,6 +35,8 @@ from .refs import window_to_json
 
 # A long poll never holds a request thread longer than this; the client polls again.
 MAX_POLL_S = 10.0
+# The controller's requests are a few small fields; nothing near this is legitimate.
+MAX_CONTROLLER_BODY_BYTES = 64 << 10
 
 ADDRESS_NAME = "controller.json"
 
@@ -43,13 +47,10 @@ def controller_address_path(run_dir: str | Path) -> Path:
 
 
 def write_controller_address(run_dir: str | Path, url: str) -> Path:
-    """Record the controller URL atomically (a reader never sees half a file)."""
+    """Record the controller URL atomically (a reader never sees half a file); 0600."""
     path = controller_address_path(run_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    private_dir(path.parent)
+    return write_private(path, json.dumps({"url": url, "pid": os.getpid()}).encode())
 
 
 def read_controller_address(run_dir: str | Path) -> str | None:
@@ -73,10 +74,22 @@ _STATUS = (
 
 
 class WindowController(JsonService):
-    """Serves a producer's windows over HTTP; `start()` runs it on a background thread."""
+    """Serves a producer's windows over HTTP; `start()` runs it on a background thread.
 
-    def __init__(self, producer: Producer, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    With a `secret` (the run's, as every process the runtime starts has), requests without it
+    get 401 and change nothing.
+    """
+
+    def __init__(
+        self,
+        producer: Producer,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        secret: str | None = None,
+    ) -> None:
         self.producer = producer
+        world_size = int(producer.plan_info().get("world_size", 1))
         self._http = JsonServer(
             {
                 ("GET", "/health"): self._health,
@@ -89,6 +102,10 @@ class WindowController(JsonService):
             host=host,
             port=port,
             name="window-controller",
+            secret=secret,
+            max_body_bytes=MAX_CONTROLLER_BODY_BYTES,
+            # Each rank holds at most one long poll; leave room for acks, stats and resumes.
+            max_workers=2 * world_size + 8,
         )
 
     def _health(self, _body: Any) -> tuple[int, Any]:
@@ -116,7 +133,7 @@ class WindowController(JsonService):
 
     def _window(self, body: dict[str, Any]) -> dict[str, Any]:
         step, rank = _int(body, "step"), _int(body, "rank")
-        wait_s = min(float(body.get("wait_s", 0.0)), MAX_POLL_S)
+        wait_s = min(_seconds(body, "wait_s"), MAX_POLL_S)
         window = self.producer.window(step, rank, wait_s=wait_s)
         if window is None:
             return {"step": step, "ready": False}
@@ -139,3 +156,13 @@ def _int(body: dict[str, Any], name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"field {name!r} must be an integer, got {value!r}")
     return value
+
+
+def _seconds(body: dict[str, Any], name: str) -> float:
+    # NaN compares false with everything: a NaN wait made the producer's wait loop spin.
+    value = body.get(name, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"field {name!r} must be a finite number of seconds, got {value!r}")
+    if value < 0:
+        raise ValueError(f"field {name!r} must not be negative, got {value!r}")
+    return float(value)

@@ -153,6 +153,16 @@ class LedgerState:
                 state.acks.clear()
         self.trained_below = resume_step
 
+    def _on_evict(self, rec: dict[str, Any]) -> None:
+        # The producer gave a window captured ahead its room back, for an earlier window that
+        # needs capturing (one rolled back by a resume): it goes back to "not captured" and is
+        # captured again, in step order, when room frees. Its attempts stay in `live` until
+        # removed. Never a window with acknowledgements (the trainers are past it).
+        state = self.steps[rec["step"]]
+        state.slots.clear()
+        state.published = None
+        state.delivered = False
+
     def _slot(self, rec: dict[str, Any]) -> SlotState | None:
         step = self.steps.get(rec["step"])
         return None if step is None else step.slots.get(rec["sample_id"])

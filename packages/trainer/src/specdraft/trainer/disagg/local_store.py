@@ -4,15 +4,18 @@ Every process of a run (capture servers, producer, trainer ranks) opens the same
 file system is the only shared state, so nothing has to be started and nothing is lost when a
 process dies. A write goes to a private temporary file that is renamed over the key's path:
 rename is atomic within a file system, so a reader sees the whole object or none of it.
+Folders are created 0700 and objects 0600: target features reveal the training data.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import uuid
 from pathlib import Path
 
+from .http_json import private_dir
 from .store import StoreError, StoreKeyMissing
 
 # Temporary files carry this marker; they are never a key's path, because names in keys are
@@ -26,7 +29,7 @@ class LocalFeatureStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            private_dir(self.root)
         except OSError as exc:
             raise StoreError(
                 f"cannot create the feature-store folder {self.root}: {exc}; check the run "
@@ -53,8 +56,9 @@ class LocalFeatureStore:
         # A concurrent `remove` of a sibling may prune the folder between mkdir and open: retry.
         for retry in range(3):
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with open(tmp, "wb") as fh:
+                _make_folders(self.root, path.parent)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
                 os.replace(tmp, path)
                 return
@@ -119,3 +123,12 @@ class LocalFeatureStore:
 
     def close(self) -> None:
         """Nothing to release: the objects stay on disk for the other processes."""
+
+
+def _make_folders(root: Path, folder: Path) -> None:
+    # mkdir(parents=True) would create the intermediate folders with the umask's mode.
+    for part in reversed([folder, *folder.parents]):
+        if part == root or root not in part.parents:
+            continue
+        with contextlib.suppress(FileExistsError):
+            part.mkdir(mode=0o700)

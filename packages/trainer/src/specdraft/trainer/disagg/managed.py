@@ -7,6 +7,10 @@ needs its own main thread and signal handlers); their console output is passed t
 they run, the supervisor restarts a crashed producer (it resumes from its ledger) and stops the
 run, with the dead service's log tail, when any other service dies. Everything stops in reverse
 order at the end, on error and on Ctrl-C. Service logs are under `<output_dir>/logs/`.
+
+The run folder is made private (0700) and the run's secret is created in it (0600) before the
+first service starts; the capture servers, the producer and the trainers get it in
+$SPECDRAFT_RUN_SECRET, and every request between them carries it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from specdraft.config import Config, load_config
 
 from ..launch import LaunchPlan, RankFailed
 from ..runtime.distributed import cpu_thread_env, free_port
-from .http_json import HttpFailure, call_json
+from .http_json import SECRET_ENV, HttpFailure, call_json, ensure_run_secret, run_folder
 from .supervisor import (
     ServiceDied,
     ServiceSpec,
@@ -80,7 +84,12 @@ def mooncake_service(config: Config) -> ServiceSpec:
 
 
 def trainer_command(
-    config_path: str, overrides: Sequence[str], resume: str | None, plan: LaunchPlan, progress: bool
+    config_path: str,
+    overrides: Sequence[str],
+    resume: str | None,
+    plan: LaunchPlan,
+    progress: bool,
+    allow_changed: Sequence[str] = (),
 ) -> list[str]:
     """`specdraft train` for the trainer ranks only (managed = false: services already run)."""
     argv = [sys.executable, "-m", "specdraft.cli", "train", config_path]
@@ -89,6 +98,9 @@ def trainer_command(
     argv += ["--nproc-per-node", str(plan.nproc_per_node), "--nnodes", str(plan.nnodes)]
     if resume:
         argv += ["--resume", resume]
+    if allow_changed:
+        # The trainers check the resumed fingerprint, so the user's override must reach them.
+        argv += ["--allow-changed", ",".join(allow_changed)]
     if not progress:
         argv.append("--no-progress")
     return argv
@@ -100,12 +112,19 @@ def run_managed(
     resume: str | None,
     plan: LaunchPlan,
     progress: bool = True,
+    allow_changed: Sequence[str] = (),
 ) -> dict[str, Any] | None:
-    """Run a whole disaggregated training on this machine; return the trainers' summary."""
+    """Run a whole disaggregated training on this machine; return the trainers' summary.
+
+    `allow_changed` names the data-order fields the trainers' resume may find changed.
+    """
     config = load_config(config_path, overrides)
     dis = config.deployment.disaggregated
     run_dir = Path(config.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # output_dir keeps its mode (it may be `.`); what the run writes inside it is private.
+    run_folder(run_dir)
+    # Handed to every process this run starts; a request without it changes nothing.
+    secret_env = {SECRET_ENV: ensure_run_secret(run_dir)}
     # The services start one after the other and each may take a while to load its model:
     # say what is happening (a no-op when the caller configured logging already).
     logging.basicConfig(
@@ -126,16 +145,18 @@ def run_managed(
         embedded = 0 if urls or dis.capture != "embedded" else dis.num_capture_servers
         threads = cpu_thread_env(plan.nproc_per_node + embedded)
         if not urls:
-            urls = start_capture_servers(supervisor, config, config_path, overrides, env=threads)
-        supervisor.start(
-            producer_service(
-                config_path,
-                run_dir,
-                max_restarts=dis.max_producer_restarts,
-                overrides=overrides,
-                capture_urls=urls,
+            urls = start_capture_servers(
+                supervisor, config, config_path, overrides, env={**threads, **secret_env}
             )
+        producer = producer_service(
+            config_path,
+            run_dir,
+            max_restarts=dis.max_producer_restarts,
+            overrides=overrides,
+            capture_urls=urls,
         )
+        producer.env = {**(producer.env or {}), **secret_env}
+        supervisor.start(producer)
         log.info(
             "services up (%s); starting %d trainer rank(s) (OMP_NUM_THREADS=%s)",
             ", ".join(s.spec.name for s in supervisor.services),
@@ -145,9 +166,9 @@ def run_managed(
         # Their stdout carries only their own summary, which this function returns for the
         # caller to print: dropped, so the summary is printed once. Logs go to stderr.
         trainers = subprocess.Popen(
-            trainer_command(config_path, overrides, resume, plan, progress),
+            trainer_command(config_path, overrides, resume, plan, progress, allow_changed),
             stdout=subprocess.DEVNULL,
-            env={**os.environ, **threads},
+            env={**os.environ, **threads, **secret_env},
         )
         while trainers.poll() is None:
             supervisor.check()  # restarts the producer; raises ServiceDied for the others

@@ -427,8 +427,8 @@ class Producer:
 
     def _claim_work(self) -> tuple[int, int] | None:
         """The next sample to lease, once a capture slot and (for a new one) room are free."""
-        with self._cond:
-            while not self._stop.is_set():
+        while not self._stop.is_set():
+            with self._cond:
                 self._raise_if_failed()
                 work = None
                 if len(self._inflight) < self.settings.max_inflight:
@@ -440,12 +440,53 @@ class Producer:
                     self._reserved.add(work)
                     self._inflight.add(work)
                     return work
-                self._cond.wait(0.5)
+                evicted = None if work is None else self._evict_after(work[0])
+                if evicted is None:
+                    self._cond.wait(0.5)
+                    continue
+            # Store removals outside the lock, as on an ack; the room is given back only once
+            # the objects are gone, so the store never holds more than the watermark.
+            index, pairs, slots = evicted
+            self._remove(pairs)
+            self.backpressure.release(slots)
+            log.info(
+                "step %d needs capturing and the watermark is full: evicted step %d (captured "
+                "ahead; it is captured again later)",
+                work[0],
+                index,
+            )
+        return None
+
+    def _evict_after(self, step: int) -> tuple[int, list[tuple[int, int]], int] | None:
+        """Free the room of the last window captured ahead of `step`, if any can go.
+
+        Leasing is in step order, so reservations normally form a prefix and the window the
+        trainers need next never waits on room held by a later one. A resume breaks that: it
+        rolls trained windows back to "not captured" while later windows, captured ahead, may
+        hold the whole watermark; without this the rolled-back window would wait for room
+        that only its own training frees. The latest such window goes back to "not captured"
+        (its objects are removed) and is captured again once room frees. Windows with
+        acknowledgements or captures in flight are left alone. Returns (step, pairs to
+        remove, slots to release), or None when nothing can go.
+        """
+        busy = {index for index, _sid in self._inflight}
+        for index in sorted(self._state.steps, reverse=True):
+            if index <= step:
+                return None
+            state = self._state.steps[index]
+            if state.trained or state.acks or index in busy:
+                continue
+            if not any((index, sid) in self._reserved for sid in state.slots):
+                continue
+            pairs, slots = self._retire_step(index, state)
+            self._record("evict", **self._where(index))
+            return index, pairs, slots
         return None
 
     def _next_work(self) -> tuple[int, int] | None:
         # In step order, so the window the trainers need next is always leased first and the
-        # leased samples are a prefix: a window never waits on room taken by a later one.
+        # leased samples are a prefix: a window never waits on room taken by a later one
+        # (after a resume, `_evict_after` restores that).
         for index in range(self._advance_cursor(), self.plan.total_steps):
             if self._state.is_trained(index):
                 continue
@@ -587,6 +628,9 @@ class Producer:
         mine = {(index, sid) for sid in state.slots} & self._reserved
         # Out of the reserved set at once: a rolled-back sample must reserve anew.
         self._reserved -= mine
+        # A rolled-back or evicted window starts its retry count afresh when leased again.
+        for sid in state.slots:
+            self._tries.pop((index, sid), None)
         sids = set(state.slots)
         pairs = {(sid, slot.attempt) for sid, slot in state.slots.items()}
         # Earlier attempts of the same samples (failed, or leased by a dead producer) go too,

@@ -5,7 +5,10 @@
 
 It tokenises the training data (or reads pre-tokenised rows), plans the run's windows with the
 same sampler as the trainers, resumes from the run folder's ledger, serves the window
-controller and writes its address to `<run_dir>/disagg/controller.json`. It runs until SIGTERM
+controller and writes its address to `<run_dir>/disagg/controller.json`. The run folder is made
+private (0700) and the run's secret (`<run_dir>/disagg/secret`, 0600, or $SPECDRAFT_RUN_SECRET)
+is created if missing: the controller answers only requests that carry it, and the producer
+sends it to the embedded capture servers. It runs until SIGTERM
 (the supervisor stops it after the trainers), or until done with `--exit-when-done`.
 Exit status: 0 stopped or done, 1 the producer failed (the supervisor restarts it), 2 bad
 config, data or arguments.
@@ -75,9 +78,17 @@ def load_prompts(cfg: Config, prompts_path: str | Path | None) -> list[Prompt]:
 def sampler_planner(cfg: Config, lengths: Sequence[int]) -> EpochPlanner:
     """The trainers' micro-batch plan (same sampler, seed, buckets), as an epoch planner."""
     from specdraft.collate import sampler_from_config
+    from specdraft.config import ShapePolicy
 
-    # Rank 0's sampler: every rank computes the same whole-epoch plan.
-    sampler = sampler_from_config(cfg, lengths, num_replicas=cfg.deployment.world_size, rank=0)
+    # Rank 0's sampler: every rank computes the same whole-epoch plan. The producer is its own
+    # process, so it builds its own (identical) shape policy from the same config.
+    sampler = sampler_from_config(
+        cfg,
+        lengths,
+        num_replicas=cfg.deployment.world_size,
+        rank=0,
+        shapes=ShapePolicy.from_config(cfg),
+    )
     return sampler.epoch_plan
 
 
@@ -93,8 +104,11 @@ def plan_prompts(cfg: Config, prompts: Sequence[Prompt]) -> RunPlan:
     )
 
 
-def capture_clients(cfg: Config, urls: Sequence[str], store: Any) -> list[Any]:
-    """One capture client per URL, of the kind deployment.disaggregated.capture names."""
+def capture_clients(
+    cfg: Config, urls: Sequence[str], store: Any, *, secret: str | None = None
+) -> list[Any]:
+    """One capture client per URL, of the kind deployment.disaggregated.capture names; the
+    embedded ones send the run's `secret` (SGLang speaks its own, unauthenticated API)."""
     from .capture_client import HttpCaptureClient
     from .protocol import capture_spec, target_hidden_size
 
@@ -107,10 +121,19 @@ def capture_clients(cfg: Config, urls: Sequence[str], store: Any) -> list[Any]:
         model.target_layer_ids, target_hidden_size(model.target), algorithm=model.algorithm
     )
     if cfg.deployment.disaggregated.capture == "sglang":
+        from .protocol import CaptureError
         from .sglang_client import SGLangCaptureClient
 
-        return [SGLangCaptureClient(url, spec, store) for url in urls]
-    return [HttpCaptureClient(url, spec) for url in urls]
+        clients = [SGLangCaptureClient(url, spec, store) for url in urls]
+        # Before any window is planned: a server that cannot give what the draft needs (for
+        # DSpark, the final hidden state) stops the run here, with the fix named.
+        for client in clients:
+            try:
+                client.verify_server(timeout=cfg.deployment.disaggregated.capture_timeout_s)
+            except CaptureError as exc:
+                raise ProducerSetupError(str(exc)) from None
+        return clients
+    return [HttpCaptureClient(url, spec, secret=secret) for url in urls]
 
 
 def advertised_url(host: str, port: int) -> str:
@@ -166,7 +189,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan.total_steps,
         plan.windows_per_epoch,
     )
-    return serve(cfg, args, good, bad, plan)
+    from .http_json import private_files
+
+    # The ledger and events this process appends to are plain open() files: private by umask.
+    with private_files():
+        return serve(cfg, args, good, bad, plan)
 
 
 def serve(
@@ -178,15 +205,23 @@ def serve(
 ) -> int:
     """Open the store, start producer and controller, and run until told to stop."""
     from .controller import WindowController, write_controller_address
+    from .http_json import SecretError, ensure_run_secret, run_folder
     from .ledger import LedgerError
     from .producer import Producer, ProducerSettings
     from .store import open_store
 
     dis = cfg.deployment.disaggregated
     run_dir = Path(args.run_dir)
+    try:
+        # output_dir keeps its mode; disagg/ and the store inside it are private.
+        run_folder(run_dir)
+        secret = ensure_run_secret(run_dir)
+    except (OSError, SecretError) as exc:
+        print(f"producer: run folder {run_dir}: {exc}", file=sys.stderr)
+        return 2
     store = open_store(dis, run_dir, role="producer")
     try:
-        clients = capture_clients(cfg, args.capture_url or dis.capture_urls, store)
+        clients = capture_clients(cfg, args.capture_url or dis.capture_urls, store, secret=secret)
         producer = Producer(
             ProducerSettings.from_config(cfg),
             plan,
@@ -206,7 +241,7 @@ def serve(
         signal.signal(sig, lambda *_: stop.set())
     host = args.host if args.host is not None else dis.controller_host
     port = args.port if args.port is not None else dis.controller_port
-    controller = WindowController(producer, host=host, port=port).start()
+    controller = WindowController(producer, host=host, port=port, secret=secret).start()
     try:
         producer.start()
         url = advertised_url(host, int(controller.url.rsplit(":", 1)[1]))

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from .http_json import private_dir
+
 
 class ServiceError(RuntimeError):
     """A service that did not start, died, or never became ready (the log tail is included)."""
@@ -32,9 +34,11 @@ class ServiceProcess:
         self.name = name
         self.command = list(command)
         self.log_path = Path(log_path)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # Logs show prompts, paths and errors: only the run's owner reads them (0700 / 0600).
+        private_dir(self.log_path.parent)
         full_env = {**os.environ, **(env or {})}
-        with open(self.log_path, "ab") as log:
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "ab") as log:
             log.write(f"$ {' '.join(self.command)}\n".encode())
             log.flush()
             try:

@@ -3,24 +3,29 @@
 What SGLang returns (read in sgl-project/sglang, python/sglang/srt/...):
 - `managers/tokenizer_manager.py`: `meta_info["hidden_states"] = recv_obj.output_hidden_states[i]`
   when the request sets `return_hidden_states` (the server needs `--enable-return-hidden-states`).
-- `managers/scheduler_output_processor_mixin.py`: at prefill the request gets ONE entry, the
-  rows of the whole prompt, `logits_output.hidden_states[offset : offset +
-  len(req.origin_input_ids)].cpu().clone().tolist()` (a `[S][D]` list of lists); each decode
-  step then appends one `[D]` row. With `max_new_tokens = 1` the only token is sampled from the
-  prefill, so `meta_info.hidden_states == [[S rows of D floats]]`.
+- 0.5.23 `managers/scheduler_components/batch_result_processor.py`
+  (`_append_prefill_hidden_states`): each prefill CHUNK appends one entry, that chunk's rows
+  (a `[S_chunk][D]` list of lists); decode steps extend the list with `[D]` rows.
+  `output_streamer.py` then cuts the entries to `hidden_states[:finished_len]` (finished_len =
+  generated tokens, 1 here), which would drop every prefill chunk after the first: the
+  launcher passes `--chunked-prefill-size -1`, and this client joins every 2-D entry and
+  checks the row count. With one chunk, `meta_info.hidden_states == [[S rows of D floats]]`.
 - `layers/logits_processor.py`: with CaptureHiddenMode.FULL and aux capture on,
   `hidden_states_to_store = torch.cat(aux_hidden_states, dim=-1)`: D = L*H, the tapped layers
   only, WITHOUT the final hidden state.
 - `models/qwen3.py` `set_dflash_layers_to_capture(layer_ids)`: `layers_to_capture = [k + 1 for
   k in layer_ids]` ("SGLang captures before layer i"), so layer k is HF `hidden_states[k+1]`,
   our convention; aux states are appended while the layers run, i.e. in ascending layer order.
-- Newer SGLang (test `test_aux_hidden_state_capture`: `--aux-hidden-state-capture dflash|dspark
-  --aux-hidden-state-layer-ids ...`) keeps `last_hidden_states` next to the aux states; how that
-  reaches the HTTP reply was not found. This client therefore takes DSpark's final state from
-  `meta_info["last_hidden_states"]` when present, else from D = (L+1)*H (final state appended
-  after the layers, the form `sglang_stub` speaks), and refuses a DSpark capture otherwise.
+- `layers/logits_processor.py` (0.5.23) keeps the post-norm final state in
+  `LogitsProcessorOutput.last_hidden_states` under aux capture, "not copied into the response
+  path": stock SGLang never sends it, and the last layer cannot be tapped as an aux layer. The
+  specdraft-sglang-plugin (packages/sglang-plugin) appends it after the tapped layers, so its
+  rows hold D = (L+1)*H. This client takes DSpark's final state from there (or from a separate
+  `meta_info["last_hidden_states"]`), and `verify_server` proves it with one probe request
+  before the run trains: a DSpark run on stock SGLang stops at start-up, naming the plugin.
 - Prefix caching would skip the cached rows: the launcher starts SGLang with
   `--disable-radix-cache`, and the row count is checked against the prompt length anyway.
+- Not (yet) checked against a GPU server: the shapes above are read from the 0.5.23 source.
 """
 
 from __future__ import annotations
@@ -42,6 +47,14 @@ from .protocol import (
     tensors_to_store,
 )
 from .store import FeatureStore, StoreError
+
+FINAL_STATE_FIX = (
+    "stock SGLang does not send it over HTTP; install the plugin into the SGLang server's "
+    "environment (pip install --no-deps specdraft-sglang-plugin, from packages/sglang-plugin) "
+    "and restart it, or set deployment.disaggregated.capture = 'embedded'"
+)
+# Token ids of the start-up probe: small ids exist in every vocabulary.
+PROBE_IDS = (1, 2, 3, 4)
 
 
 def generate_payload(request: CaptureRequest) -> dict[str, Any]:
@@ -84,7 +97,8 @@ def split_sglang_hidden(
     if len(rows) != seq_len:
         raise CaptureMismatch(
             f"{where}: {len(rows)} hidden-state rows for a {seq_len}-token prompt (a cached "
-            f"prefix or chunked prefill? start SGLang with --disable-radix-cache)"
+            f"prefix or chunked prefill? start SGLang with --disable-radix-cache "
+            f"--chunked-prefill-size -1)"
         )
     try:
         states = torch.tensor(rows, dtype=torch.float32)
@@ -116,8 +130,7 @@ def split_sglang_hidden(
     if spec.with_last_hidden and last is None:
         raise CaptureMismatch(
             f"{where}: DSpark needs the target's final hidden state, but the server returned "
-            f"only the {n_layers} tapped layers; serve a build that returns it "
-            f"(--speculative-algorithm DSPARK)"
+            f"only the {n_layers} tapped layers: {FINAL_STATE_FIX}"
         )
     return hidden, last
 
@@ -197,10 +210,30 @@ class SGLangCaptureClient:
         return info if isinstance(info, dict) else {}
 
     def verify_server(self, *, timeout: float) -> None:
-        """Fail early, with the flag to add, when the server cannot return hidden states."""
+        """Fail early, naming the fix, when the server cannot return what the draft needs:
+        hidden states at all, and for DSpark the final state (proved by one probe request)."""
         info = self.server_info(timeout=timeout)
         if info.get("enable_return_hidden_states") is False:
             raise CaptureRejected(
                 f"{self.url} was started without --enable-return-hidden-states; restart it with "
                 f"that flag (and --enable-return-aux-hidden-states for the target layers)"
             )
+        if self.spec.with_last_hidden:
+            self.probe_final_state(timeout=timeout)
+
+    def probe_final_state(self, *, timeout: float) -> None:
+        """One tiny /generate; CaptureRejected naming the plugin unless it has the final state."""
+        probe = CaptureRequest("probe", 0, 0, list(PROBE_IDS), [1] * len(PROBE_IDS))
+        try:
+            body = call_json(
+                "POST", f"{self.url}/generate", generate_payload(probe), timeout=timeout
+            )
+        except HttpFailure as exc:
+            raise http_capture_error(exc) from None
+        try:
+            split_sglang_hidden(body, probe, self.spec)
+        except CaptureMismatch as exc:
+            raise CaptureRejected(
+                f"{self.url}: the start-up probe failed, so this DSpark run stops before "
+                f"training: {exc}"
+            ) from None

@@ -203,12 +203,13 @@ def _safe_health(check: HealthCheck, process: ServiceProcess) -> bool:
 # ----------------------------------------------------------------------------- health checks
 
 
-def http_health(url: str, *, timeout: float = 2.0) -> HealthCheck:
-    """Healthy when GET {url}/health answers 200 with status 'ok'."""
+def http_health(url: str, *, timeout: float = 2.0, secret: str | None = None) -> HealthCheck:
+    """Healthy when GET {url}/health answers 200 with status 'ok' (the one route that needs no
+    secret; `secret` is sent if given)."""
 
     def check(_process: ServiceProcess) -> bool:
         try:
-            body = call_json("GET", f"{url.rstrip('/')}/health", timeout=timeout)
+            body = call_json("GET", f"{url.rstrip('/')}/health", timeout=timeout, secret=secret)
         except HttpFailure:
             return False
         return isinstance(body, dict) and body.get("status") == "ok"

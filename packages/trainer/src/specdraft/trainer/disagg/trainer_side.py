@@ -8,8 +8,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from specdraft.collate import pad_policy_from_config
-from specdraft.config import Config
+from specdraft.config import Config, ShapePolicy
 
 from ..backends import backend_options_from_config
 from ..runtime import DistContext
@@ -53,7 +52,12 @@ def check_plan(plan: dict[str, Any], config: Config, ctx: DistContext, url: str 
 
 
 def build_disaggregated_trainer(
-    config: Config, ctx: DistContext, *, resume: str | None = None, progress: bool = True
+    config: Config,
+    ctx: DistContext,
+    *,
+    resume: str | None = None,
+    progress: bool = True,
+    allow_changed: tuple[str, ...] = (),
 ) -> Trainer:
     """A Trainer whose batches come from the producer's windows (the online path)."""
     from ..models import load_target_config
@@ -62,17 +66,26 @@ def build_disaggregated_trainer(
     store = open_store(config.deployment.disaggregated, run_dir, role="trainer")
     client = WindowClient.from_config(config, run_dir, rank=ctx.rank)
     check_plan(client.plan(), config, ctx, client.url)
-    options = backend_options_from_config(config, ctx.device)
+    # The run's one shape policy: the batch builder here and build_trainer below share it.
+    shapes = ShapePolicy.from_config(config)
+    options = backend_options_from_config(config, ctx.device, shapes=shapes)
     builder = BatchBuilder(
-        # The second call site of the run's pad policy (the first is LocalBatchSource).
-        pad_to=pad_policy_from_config(config),
+        shapes=shapes,
         shape=batch_shape(config, load_target_config(config.model.target), options),
         device=ctx.device,
     )
     source = WindowBatchSource(
         client, store, builder=builder, grad_accum_steps=config.training.grad_accum_steps
     )
-    trainer = build_trainer(config, ctx, resume=resume, progress=progress, source=source)
+    trainer = build_trainer(
+        config,
+        ctx,
+        resume=resume,
+        progress=progress,
+        source=source,
+        shapes=shapes,
+        allow_changed=allow_changed,
+    )
     # Every launch re-synchronises with the producer: windows after the restored step (step 0
     # for a fresh start) are delivered again, recaptured if their features were already freed,
     # so a restart neither skips nor repeats samples.

@@ -8,9 +8,10 @@
         ...train the accumulation window, optimizer step, maybe checkpoint...
         client.ack(step)
 
-Every call retries through a producer restart (the supervisor restarts it on a new port; the
-client re-reads the address from the run folder) until `timeout_s`, then raises an error that
-names the step, the config field and the last thing the producer said.
+Every call carries the run's secret (given, or read from `<run_dir>/disagg/secret`, which the
+producer creates). Every call retries through a producer restart (the supervisor restarts it
+on a new port; the client re-reads the address from the run folder) until `timeout_s`, then
+raises an error that names the step, the config field and the last thing the producer said.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .controller import MAX_POLL_S, read_controller_address
-from .http_json import HttpFailure, call_json
+from .http_json import HttpFailure, call_json, read_run_secret
 from .refs import WindowRefs, window_from_json
 
 # Pause between attempts while the producer is unreachable (restarting).
@@ -55,6 +56,7 @@ class WindowClient:
         timeout_s: float,
         url: str | None = None,
         run_dir: str | Path | None = None,
+        secret: str | None = None,
     ) -> None:
         if (url is None) == (run_dir is None):
             raise ValueError("give the controller's url or the run folder, not both")
@@ -63,6 +65,7 @@ class WindowClient:
         self._url = url.rstrip("/") if url else None
         self._run_dir = Path(run_dir) if run_dir is not None else None
         self.last_wait_s = 0.0
+        self._secret = secret
 
     @classmethod
     def from_config(cls, cfg: Any, run_dir: str | Path, *, rank: int) -> WindowClient:
@@ -78,6 +81,13 @@ class WindowClient:
             return self._url
         assert self._run_dir is not None
         return read_controller_address(self._run_dir)
+
+    @property
+    def secret(self) -> str | None:
+        """The run's secret: the one given, else the run folder's (once the producer made it)."""
+        if self._secret is None and self._run_dir is not None:
+            self._secret = read_run_secret(self._run_dir)
+        return self._secret
 
     def plan(self) -> dict[str, Any]:
         """total_steps, windows_per_epoch, world_size and run of the producer's plan."""
@@ -120,7 +130,9 @@ class WindowClient:
         if url is None:
             return {}
         try:
-            body = call_json("GET", f"{url}/stats", timeout=min(self.timeout_s, 5.0))
+            body = call_json(
+                "GET", f"{url}/stats", timeout=min(self.timeout_s, 5.0), secret=self.secret
+            )
         except HttpFailure:
             return {}
         return {k: float(v) for k, v in body.items() if isinstance(v, (int, float))}
@@ -143,7 +155,11 @@ class WindowClient:
                 try:
                     # The server may hold a window request for MAX_POLL_S; allow for it.
                     return call_json(
-                        method, f"{url}{path}", payload, timeout=max(left, 0.1) + MAX_POLL_S
+                        method,
+                        f"{url}{path}",
+                        payload,
+                        timeout=max(left, 0.1) + MAX_POLL_S,
+                        secret=self.secret,
                     )
                 except HttpFailure as exc:
                     last_error = str(exc)

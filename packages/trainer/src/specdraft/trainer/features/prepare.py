@@ -9,8 +9,7 @@ from typing import Any
 
 import torch
 
-from specdraft.collate import pad_policy_from_config, resolve_static_length
-from specdraft.config import Config
+from specdraft.config import Config, ShapePolicy
 
 from .shards import (
     FORMAT_VERSION,
@@ -108,7 +107,8 @@ def prepare_features(
             dtype=target_dtype(device),
             device=device,
         )
-    pad_to = pad_policy_from_config(config)
+    # prepare-features is its own run: its one shape policy pads like training will.
+    shapes = ShapePolicy.from_config(config)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -119,7 +119,7 @@ def prepare_features(
         rows = dataset.select(
             range(shard * shard_size, min(len(dataset), (shard + 1) * shard_size))
         )
-        samples = _features_of(rows, extractor, config, batch_size=batch_size, pad_to=pad_to)
+        samples = _features_of(rows, extractor, config, batch_size=batch_size, shapes=shapes)
         record = write_shard(folder, shard, samples)
         index["shards"].append(record.__dict__)
         write_index(folder, index)
@@ -138,7 +138,7 @@ def _features_of(
     config: Config,
     *,
     batch_size: int,
-    pad_to: int | tuple[int, ...] | None,
+    shapes: ShapePolicy,
 ) -> list[dict[str, torch.Tensor]]:
     """Run the target on rows in small batches; cut each sample's features to its own length."""
     with_last = config.model.algorithm == "dspark"
@@ -148,7 +148,7 @@ def _features_of(
         lengths = [len(r["input_ids"]) for r in batch_rows]
         # The same pad policy as training: target features of a padded batch equal those of
         # the unpadded samples (causal attention, right padding), and shapes stay few.
-        width = resolve_static_length(max(lengths), pad_to)
+        width = shapes.pad_length(max(lengths))
         ids = torch.zeros(len(batch_rows), width, dtype=torch.long)
         mask = torch.zeros(len(batch_rows), width, dtype=torch.long)
         for i, row in enumerate(batch_rows):

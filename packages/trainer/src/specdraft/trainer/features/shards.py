@@ -4,13 +4,16 @@ A feature folder holds `shard-00000.safetensors`, ... and `index.json`. Each sha
 sample k, `k.input_ids`, `k.loss_mask`, `k.hidden_states` ([S, L*H]), for DSpark also
 `k.target_last_hidden_states` ([S, H]), and `k.sample_id`. The index records what the features
 were made with (target, layer ids, tokenizer, chat template, max_length, data) and each finished
-shard, and is rewritten atomically after every shard: an interrupted `prepare-features` resumes
-at the first unfinished shard. Training refuses a folder whose record differs from its config.
+shard with its sha256, and is rewritten atomically after every shard: an interrupted
+`prepare-features` resumes at the first unfinished shard. Training refuses a folder whose record
+differs from its config, and a shard whose bytes differ from its recorded sha256 (checked when
+the shard is first opened, naming the file).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +22,10 @@ from typing import Any
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+
+from ..integrity import CorruptFile, sha256_file
+
+log = logging.getLogger(__name__)
 
 INDEX = "index.json"
 FORMAT_VERSION = 1
@@ -45,6 +52,7 @@ class ShardRecord:
     file: str
     num_samples: int
     lengths: list[int]
+    sha256: str
 
 
 def shard_name(index: int) -> str:
@@ -98,8 +106,9 @@ def write_shard(
     name = shard_name(index)
     tmp = folder / f".{name}.tmp"
     save_file(tensors, str(tmp), metadata={"num_samples": str(len(samples))})
+    digest = sha256_file(tmp)
     tmp.replace(folder / name)
-    return ShardRecord(name, len(samples), lengths)
+    return ShardRecord(name, len(samples), lengths, digest)
 
 
 class FeatureShardDataset(torch.utils.data.Dataset):
@@ -107,6 +116,8 @@ class FeatureShardDataset(torch.utils.data.Dataset):
 
     def __init__(self, folders: Sequence[str | Path], *, expected: dict[str, Any] | None) -> None:
         self._entries: list[tuple[Path, int]] = []
+        # Recorded sha256 per shard file (None for folders written before checksums).
+        self._sha256: dict[Path, str | None] = {}
         self.lengths: list[int] = []
         self.meta: dict[str, Any] = {}
         for folder in map(Path, folders):
@@ -125,6 +136,7 @@ class FeatureShardDataset(torch.utils.data.Dataset):
                 )
             self.meta = index["meta"]
             for shard in index["shards"]:
+                self._sha256[folder / shard["file"]] = shard.get("sha256")
                 for k in range(shard["num_samples"]):
                     self._entries.append((folder / shard["file"], k))
                 self.lengths.extend(shard["lengths"])
@@ -133,10 +145,28 @@ class FeatureShardDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def verify_shard(self, path: Path) -> None:
+        """Check a shard against the sha256 its index recorded; refuse it naming the file."""
+        expected = self._sha256.get(path)
+        if expected is None:
+            log.warning(
+                "%s has no recorded checksum (written by an older prepare-features): it is "
+                "read unverified; re-run prepare-features into a new folder to add checksums",
+                path,
+            )
+            return
+        if sha256_file(path) != expected:
+            raise CorruptFile(
+                f"{path}: content differs from the sha256 recorded in {path.parent / INDEX} "
+                "(corrupted or modified after it was written); re-run `specdraft "
+                "prepare-features` into a new folder, or restore this file"
+            )
+
     def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
         path, k = self._entries[item]
         handle = self._handles.get(path)
         if handle is None:
+            self.verify_shard(path)
             handle = self._handles[path] = safe_open(str(path), framework="pt")
         prefix = f"{k}."
         return {

@@ -4,8 +4,10 @@ Every position gets a pseudo-random 32-bit score from a counter-based integer ha
 sample_id, position); the anchors are the `num_anchors` best-scoring valid positions. Top-k of
 i.i.d. scores is a uniform draw without replacement, and since neither the scores nor the
 validity of a real position depend on how far the sample is padded, the same sample gets the
-same anchors at any pad length. Shapes are static ([B, num_anchors] always, with a keep-mask),
-and nothing reads a tensor value on the host.
+same anchors at any pad length. The same holds for the anchor width: the anchors are always
+drawn as the `num_anchors` best, then the kept ones (first, ascending) are cut or padded to
+`width` slots, so a sample gets the same anchors at every width that holds them. Shapes are
+static ([B, width], with a keep-mask), and nothing reads a tensor value on the host.
 """
 
 from __future__ import annotations
@@ -58,13 +60,20 @@ def valid_anchor_positions(loss_mask: Tensor) -> Tensor:
 
 
 def sample_anchors(
-    loss_mask: Tensor, sample_id: Tensor, num_anchors: int, seed: int
+    loss_mask: Tensor, sample_id: Tensor, num_anchors: int, seed: int, width: int | None = None
 ) -> tuple[Tensor, Tensor]:
-    """Anchors [B, num_anchors] (int64, ascending, 0 in unused slots) and keep [B, num_anchors].
+    """Anchors [B, width] (int64, ascending, 0 in unused slots) and keep [B, width].
 
     Kept slots come first, in increasing position; a sample with fewer valid positions than
     `num_anchors` fills the rest with keep = False, and one with none gets an all-False row.
+    `width` (default num_anchors) must hold every row's `min(num_anchors, valid anchors)`: the
+    collator picks it from the loss masks on the host (`ShapePolicy.anchor_width`). A narrower
+    width would drop real anchors; it is not checked here, because that would need a device sync.
     """
+    if width is None:
+        width = num_anchors
+    if width < 1:
+        raise ValueError(f"anchor width {width} must be at least 1")
     batch, length = loss_mask.shape
     if length >= 1 << _POSITION_BITS:
         raise ValueError(f"sequence length {length} exceeds the anchor sampler's 2**20 limit")
@@ -72,17 +81,21 @@ def sample_anchors(
     positions = torch.arange(length, dtype=torch.int64, device=loss_mask.device)
     scores = (position_hash(seed, sample_id, length) << _POSITION_BITS) | positions
     scores = torch.where(valid, scores, torch.full_like(scores, -1))
-    # min() of two Python ints: the top-k width depends on the static shape only.
-    width = min(num_anchors, length)
-    top_scores, top_positions = torch.topk(scores, width, dim=1)
+    # min() of two Python ints: the top-k width depends on the static shape only, never on the
+    # anchor width, so every width sees the same draw.
+    drawn = min(num_anchors, length)
+    top_scores, top_positions = torch.topk(scores, drawn, dim=1)
     kept = top_scores >= 0
     # Sort kept positions ascending and push unused slots to the end (past any real position).
     sentinel = torch.full_like(top_positions, length)
     ordered, _ = torch.sort(torch.where(kept, top_positions, sentinel), dim=1)
     keep = ordered < length
     anchors = torch.where(keep, ordered, torch.zeros_like(ordered))
-    if width < num_anchors:
-        pad = num_anchors - width
+    if drawn > width:
+        # Only unkept slots are cut: kept ones come first and the width holds them all.
+        anchors, keep = anchors[:, :width], keep[:, :width]
+    elif drawn < width:
+        pad = width - drawn
         anchors = torch.cat([anchors, anchors.new_zeros(batch, pad)], dim=1)
         keep = torch.cat([keep, keep.new_zeros(batch, pad)], dim=1)
     return anchors, keep

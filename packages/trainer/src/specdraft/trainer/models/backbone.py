@@ -17,6 +17,8 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
+from specdraft.collate import ANCHOR_WIDTH
+
 from .anchors import sample_anchors
 from .config import DFlashDraftConfig
 from .layers import RMSNorm, rotary_tables
@@ -147,7 +149,12 @@ class DraftModel(PreTrainedModel):
     def place_blocks(self, batch: dict[str, Tensor], spec: DraftTrainSpec) -> BlockTargets:
         """Sample the anchors of a batch and read what each block slot should predict."""
         input_ids, loss_mask = batch["input_ids"], batch["loss_mask"]
-        anchors, keep = sample_anchors(loss_mask, batch["sample_id"], spec.num_anchors, spec.seed)
+        # The collator chose the width on the host (ShapePolicy.anchor_width); batches built by
+        # hand without it compute num_anchors blocks, as before anchor widths existed.
+        width = int(batch.get(ANCHOR_WIDTH, spec.num_anchors))
+        anchors, keep = sample_anchors(
+            loss_mask, batch["sample_id"], spec.num_anchors, spec.seed, width
+        )
         gold, supervised, positions = block_targets(
             input_ids, loss_mask, anchors, keep, self.block_size
         )

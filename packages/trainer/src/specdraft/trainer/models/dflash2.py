@@ -13,6 +13,7 @@ when the gold token is among the top-k with 'exclude').
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention.flex_attention import BlockMask
 from transformers import initialization as init
@@ -97,7 +98,12 @@ class DFlash2DraftModel(DraftModel):
         head: TargetHead,
         spec: DraftTrainSpec,
     ) -> DraftLoss:
-        """DFlash CE plus the selector CE, as sums over offsets 1..bs-1 of the kept blocks."""
+        """DFlash CE plus the selector CE, as sums over offsets 1..bs-1 of the kept blocks.
+
+        With `selector_loss_weight = 0` the selector adds nothing to the loss, so its top-k,
+        codebook lookups and backward are skipped: its parameters get no gradient and the
+        selector metrics (`selector_*`) are left out rather than reported as zeros.
+        """
         slots = self.block_size - 1
         loss_dtype = upcast(hidden).dtype
         decay = decay_weights(slots, spec.loss_decay_gamma, hidden.device, loss_dtype)
@@ -105,34 +111,40 @@ class DFlash2DraftModel(DraftModel):
         previous = targets.gold[:, :, : self.block_size - 1]
         weights = targets.supervised[:, :, 1 : self.block_size].to(loss_dtype) * decay
         config = self.config
-        selector = self.candidate_selector
+        selector = self.candidate_selector if config.selector_loss_weight != 0 else None
 
         def chunk_sums(hidden_c: Tensor, labels_c: Tensor, previous_c: Tensor, weights_c: Tensor):
-            predicted = hidden_c[:, :, 1:]
+            grid = labels_c.shape  # [B, chunk, bs-1]
+            # One contiguous [rows, H] matrix: on the strided slice the head would run a batched
+            # matmul over per-block matrices instead of a single mm (forward and backward).
+            predicted = hidden_c[:, :, 1:].reshape(-1, hidden_c.shape[-1])
+            labels_f, weights_f = labels_c.reshape(-1), weights_c.reshape(-1)
             logits = upcast(head.logits(predicted))
-            token_ce = torch.logsumexp(logits, -1) - logits.gather(-1, labels_c[..., None])[..., 0]
-            supervised = weights_c > 0
-            correct = (logits.argmax(-1) == labels_c) & supervised
+            token_ce = F.cross_entropy(logits, labels_f, reduction="none")
+            supervised = weights_f > 0
+            correct = ((logits.argmax(-1) == labels_f) & supervised).view(grid)
+            dflash_sum = (token_ce * weights_f).sum()
+            sums = (
+                dflash_sum,
+                dflash_sum.detach(),
+                correct.sum((0, 1)).float(),
+                supervised.view(grid).sum((0, 1)).float(),
+                leading_run(correct).sum().float(),
+            )
+            if selector is None:
+                return sums
             cands = candidate_set(
-                logits, labels_c, config.selector_top_k, config.selector_gold_policy
+                logits, labels_f, config.selector_top_k, config.selector_gold_policy
             )
-            scores = selector.score(predicted, previous_c, cands.tokens, cands.unary)
-            selector_ce = (
-                torch.logsumexp(scores, -1) - scores.gather(-1, cands.target[..., None])[..., 0]
-            )
-            selector_weights = weights_c * cands.usable
-            dflash_sum = (token_ce * weights_c).sum()
-            selector_sum = (selector_ce * selector_weights).sum()
-            numerator = dflash_sum + config.selector_loss_weight * selector_sum
+            scores = selector.score(predicted, previous_c.reshape(-1), cands.tokens, cands.unary)
+            selector_ce = F.cross_entropy(scores, cands.target, reduction="none")
+            selector_sum = (selector_ce * (weights_f * cands.usable)).sum()
             used = supervised & cands.usable
             selector_correct = (scores.argmax(-1) == cands.target) & used
             return (
-                numerator,
-                dflash_sum.detach(),
+                dflash_sum + config.selector_loss_weight * selector_sum,
+                *sums[1:],
                 selector_sum.detach(),
-                correct.sum((0, 1)).float(),
-                supervised.sum((0, 1)).float(),
-                leading_run(correct).sum().float(),
                 (cands.hit & supervised).sum().float(),
                 used.sum().float(),
                 selector_correct.sum().float(),
@@ -141,21 +153,24 @@ class DFlash2DraftModel(DraftModel):
         sums = chunked_sums(
             chunk_sums, (hidden, labels, previous, weights), spec.logits_chunk_blocks
         )
-        (numerator, dflash_sum, selector_sum, correct_pos, count_pos, accepted) = sums[:6]
-        recall_hits, selector_count, selector_correct = sums[6:]
+        numerator, dflash_sum, correct_pos, count_pos, accepted = sums[:5]
         metrics = {
             "weighted_ce": dflash_sum,
-            "selector_weighted_ce": selector_sum,
             "correct": correct_pos.sum(),
             "count": count_pos.sum(),
             "correct_per_pos": correct_pos,
             "count_per_pos": count_pos,
             "accepted": accepted,
             "blocks": targets.keep.sum().float(),
-            "selector_recall_hits": recall_hits,
-            "selector_count": selector_count,
-            "selector_correct": selector_correct,
         }
+        if selector is not None:
+            selector_sum, recall_hits, selector_count, selector_correct = sums[5:]
+            metrics.update(
+                selector_weighted_ce=selector_sum,
+                selector_recall_hits=recall_hits,
+                selector_count=selector_count,
+                selector_correct=selector_correct,
+            )
         return DraftLoss(numerator, weights.sum().detach(), metrics)
 
     def greedy_tokens(self, hidden: Tensor, anchor_tokens: Tensor, head: TargetHead) -> Tensor:

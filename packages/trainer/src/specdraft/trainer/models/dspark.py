@@ -65,7 +65,12 @@ class Qwen3DSparkModel(DraftModel):
         head: TargetHead,
         spec: DraftTrainSpec,
     ) -> DraftLoss:
-        """The combined DSpark loss as sums over the contiguous supervised slots."""
+        """The combined DSpark loss as sums over the contiguous supervised slots.
+
+        The target distribution feeds only the L1 term and the confidence head's acceptance
+        target: with `l1_weight = 0` and no confidence head its logits and softmax are skipped,
+        and the metrics computed from it (`l1_sum`, `accept_sum`) are left out, not zeros.
+        """
         block = self.block_size
         labels = targets.gold[:, :, 1:]
         previous = targets.gold[:, :, :block]
@@ -77,52 +82,66 @@ class Qwen3DSparkModel(DraftModel):
         target_last = batch["target_last_hidden_states"]
         config = self.config
         markov, confidence = self.markov_head, self.confidence_head
+        use_target = config.l1_weight != 0 or confidence is not None
 
         def chunk_sums(hidden_c, labels_c, previous_c, positions_c, weights_c):
             batch_size, chunk, slots, width = hidden_c.shape
-            bias = upcast(markov.block_bias(hidden_c, previous_c))
-            logits = upcast(head.logits(hidden_c)) + bias
-            log_probs = torch.log_softmax(logits, -1)
-            token_ce = -log_probs.gather(-1, labels_c[..., None])[..., 0]
-            index = positions_c.reshape(batch_size, chunk * slots, 1).expand(-1, -1, width)
-            target_hidden = torch.gather(target_last, 1, index).view(hidden_c.shape)
-            with torch.no_grad():
-                target_probs = torch.softmax(upcast(head.logits(target_hidden)), -1)
-            l1 = (log_probs.exp() - target_probs).abs().sum(-1)
-            accept = (1.0 - l1.detach() / 2.0).clamp(0.0, 1.0)
-            per_token = config.ce_weight * token_ce + config.l1_weight * l1
-            bce = torch.zeros_like(l1)
+            # One contiguous [rows, H] matrix: a chunk of blocks is a strided slice when B > 1,
+            # and the head would run a batched matmul over it instead of a single mm.
+            rows = hidden_c.reshape(-1, width)
+            labels_f, weights_f = labels_c.reshape(-1), weights_c.reshape(-1)
+            bias = upcast(markov.block_bias(hidden_c, previous_c)).reshape(rows.shape[0], -1)
+            weight = head.lm_head.weight
+            if weight.dtype == bias.dtype:
+                # The Markov bias rides in the head's matmul (addmm) instead of a separate
+                # vocabulary-wide add; a bf16 head keeps its bf16 logits + fp32 bias below.
+                logits = torch.addmm(bias, rows.to(weight.dtype), weight.t())
+            else:
+                logits = upcast(head.logits(rows)) + bias
+            supervised = weights_f > 0
+            if use_target:
+                log_probs = torch.log_softmax(logits, -1)
+                token_ce = F.nll_loss(log_probs, labels_f, reduction="none")
+                index = positions_c.reshape(batch_size, chunk * slots, 1).expand(-1, -1, width)
+                target_hidden = torch.gather(target_last, 1, index).view(-1, width)
+                with torch.no_grad():
+                    target_probs = torch.softmax(upcast(head.logits(target_hidden)), -1)
+                # One fused |.| + sum pass (same gradient as abs().sum(): sign * grad).
+                l1 = torch.linalg.vector_norm(log_probs.exp() - target_probs, ord=1, dim=-1)
+                accept = (1.0 - l1.detach() / 2.0).clamp(0.0, 1.0)
+                per_token = config.ce_weight * token_ce + config.l1_weight * l1
+            else:
+                token_ce = F.cross_entropy(logits, labels_f, reduction="none")
+                per_token = config.ce_weight * token_ce
+            bce = None
             if confidence is not None:
-                logit = upcast(confidence(hidden_c, markov.embed(previous_c)))
+                logit = upcast(confidence(hidden_c, markov.embed(previous_c))).reshape(-1)
                 bce = F.binary_cross_entropy_with_logits(logit, accept, reduction="none")
                 per_token = per_token + config.confidence_weight * bce
-            supervised = weights_c > 0
-            correct = (logits.argmax(-1) == labels_c) & supervised
+            correct = ((logits.argmax(-1) == labels_f) & supervised).view(labels_c.shape)
 
             def masked(values: Tensor) -> Tensor:
                 return (values.detach() * supervised).sum()
 
-            return (
-                (per_token * weights_c).sum(),
+            sums = (
+                (per_token * weights_f).sum(),
                 masked(token_ce),
-                masked(l1),
-                masked(accept),
-                masked(bce),
+                # A head that is off contributes an exact zero, as its weight would.
+                masked(bce) if bce is not None else logits.new_zeros(()),
                 correct.sum((0, 1)).float(),
-                supervised.sum((0, 1)).float(),
+                supervised.view(labels_c.shape).sum((0, 1)).float(),
                 leading_run(correct).sum().float(),
             )
+            return (*sums, masked(l1), masked(accept)) if use_target else sums
 
         sums = chunked_sums(
             chunk_sums,
             (hidden, labels, previous, target_positions, weights),
             spec.logits_chunk_blocks,
         )
-        numerator, ce_sum, l1_sum, accept_sum, bce_sum, correct_pos, count_pos, accepted = sums
+        numerator, ce_sum, bce_sum, correct_pos, count_pos, accepted = sums[:6]
         metrics = {
             "ce_sum": ce_sum,
-            "l1_sum": l1_sum,
-            "accept_sum": accept_sum,
             "confidence_bce_sum": bce_sum,
             "correct": correct_pos.sum(),
             "count": count_pos.sum(),
@@ -131,6 +150,8 @@ class Qwen3DSparkModel(DraftModel):
             "accepted": accepted,
             "blocks": targets.keep.sum().float(),
         }
+        if use_target:
+            metrics.update(l1_sum=sums[6], accept_sum=sums[7])
         return DraftLoss(numerator, weights.sum().detach(), metrics)
 
     def greedy_tokens(self, hidden: Tensor, anchor_tokens: Tensor, head: TargetHead) -> Tensor:

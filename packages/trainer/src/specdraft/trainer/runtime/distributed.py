@@ -33,6 +33,25 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on `host:port` only (for the store's master_listen_fd)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        raise OSError(
+            f"cannot listen for the trainer rendezvous on {host}:{port}: {exc}; --master-addr "
+            f"must be an address of this machine (node rank 0) and --master-port a free port"
+        ) from exc
+    return sock
+
+
 def pick_device(local_rank: int) -> torch.device:
     """CUDA device `local_rank` when CUDA is available, else the CPU."""
     if torch.cuda.is_available():
@@ -59,13 +78,31 @@ def init_distributed(timeout_s: float = 1800.0) -> DistContext:
             dist.init_process_group(**options)  # env:// from torchrun or our launcher
         else:
             # A lone process: an explicit one-rank group, leaving the environment untouched so
-            # a later launch in this process does not mistake itself for a torchrun rank.
-            dist.init_process_group(
-                init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1, **options
-            )
+            # a later launch in this process does not mistake itself for a torchrun rank. Its
+            # store listens on loopback only (a tcp:// init_method would listen everywhere).
+            store = _loopback_store(timeout_s)
+            dist.init_process_group(store=store, rank=0, world_size=1, **options)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = pick_device(local_rank)
     return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, device)
+
+
+# Listening sockets of lone-process stores: each store serves on its socket's descriptor, which
+# must stay open as long as the store may (one per init; a process makes a handful at most).
+_LONE_LISTENERS: list[socket.socket] = []
+
+
+def _loopback_store(timeout_s: float) -> dist.TCPStore:
+    listener = bind_listener("127.0.0.1", 0)
+    _LONE_LISTENERS.append(listener)
+    return dist.TCPStore(
+        "127.0.0.1",
+        int(listener.getsockname()[1]),
+        1,
+        True,
+        dt.timedelta(seconds=timeout_s),
+        master_listen_fd=listener.fileno(),
+    )
 
 
 def shutdown_distributed() -> None:

@@ -1,15 +1,16 @@
 """Run assembly: turn a validated Config into a ready Trainer on this rank.
 
-The order matters and is explicit: seed; target head; data and the one pad policy; sampler; draft
-(fp32 master weights); backend options (computed once: the bucket count goes to the backend only
-with compile_blocks); prepare (compile blocks in place, then shard); optimizer and schedule;
-evaluation; resume.
+The order matters and is explicit: seed; target head; the one shape policy (pad lengths x anchor
+widths, built once and handed to the sampler, the batch builder, the backend and evaluation);
+data; sampler; draft (fp32 master weights); backend options; prepare (compile blocks in place,
+then shard); optimizer and schedule; evaluation; resume.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from specdraft.collate import pad_policy_from_config, sampler_from_config
-from specdraft.config import Config
+from specdraft.collate import sampler_from_config
+from specdraft.config import Config, ShapePolicy
 
 from ..backends import BackendOptions, backend_options_from_config, prepare
+from ..disagg.http_json import run_folder
 from ..runtime import DistContext
-from .checkpoint import load_checkpoint, resolve_resume
 from .metrics import MetricsWriter
+from .resume import resume_trainer
 from .schedule import build_scheduler
 from .sources import BatchBuilder, BatchShape, LocalBatchSource
 from .trainer import Trainer, TrainSettings
@@ -55,7 +57,16 @@ def run_fingerprint(config: Config, data_fingerprint: str) -> dict[str, Any]:
         "num_draft_layers": model.num_draft_layers,
         "mask_token_id": model.mask_token_id,
         "max_length": config.data.max_length,
+        # The data order (checkpoint.DATA_ORDER_FIELDS): a change is refused on resume unless
+        # the user allows it by name (`--allow-changed`).
         "data": data_fingerprint,
+        "training.micro_batch_size": config.training.micro_batch_size,
+        "training.grad_accum_steps": config.training.grad_accum_steps,
+        "training.seed": config.training.seed,
+        "deployment.world_size": config.deployment.world_size,
+        "data.length_grouped": config.data.length_grouped,
+        "data.bucket_synchronized": config.data.bucket_synchronized,
+        "data.mega_batch_multiplier": config.data.mega_batch_multiplier,
     }
 
 
@@ -107,32 +118,41 @@ def build_trainer(
     resume: str | None = None,
     progress: bool = True,
     source: Any | None = None,
+    shapes: ShapePolicy | None = None,
+    allow_changed: Sequence[str] = (),
 ) -> Trainer:
-    """Assemble everything for `Trainer.fit` on this rank."""
+    """Assemble everything for `Trainer.fit` on this rank.
+
+    `shapes` is the run's shape policy when the caller already built it (with its own `source`);
+    otherwise it is built here, once.
+    """
     from ..models import DraftTrainSpec, build_draft, load_target_config, load_target_head
 
     training = config.training
     torch.manual_seed(training.seed)
     output_dir = Path(config.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    # Created 0700 when new (also for library callers without a private umask); an existing
+    # output_dir keeps the mode the user gave it.
+    run_folder(output_dir)
 
     target_config = load_target_config(config.model.target)
     head = load_target_head(config.model.target, dtype=target_dtype(ctx.device)).to(ctx.device)
     with_eval = bool(config.data.eval_paths)
-    options = backend_options_from_config(config, ctx.device, with_eval=with_eval)
+    if shapes is None:
+        shapes = ShapePolicy.from_config(config)
+    options = backend_options_from_config(config, ctx.device, shapes=shapes, with_eval=with_eval)
 
-    pad_to = pad_policy_from_config(config)
     data = None
     if source is None:
         data = load_run_data(config, ctx, progress=progress)
         sampler = sampler_from_config(
-            config, data.lengths, num_replicas=ctx.world_size, rank=ctx.rank
+            config, data.lengths, num_replicas=ctx.world_size, rank=ctx.rank, shapes=shapes
         )
         shape = batch_shape(config, target_config, options)
         source = LocalBatchSource(
             data.dataset,
             sampler,
-            builder=BatchBuilder(pad_to=pad_to, shape=shape, device=ctx.device),
+            builder=BatchBuilder(shapes=shapes, shape=shape, device=ctx.device),
             grad_accum_steps=training.grad_accum_steps,
             rank=ctx.rank,
             features=data.features,
@@ -159,6 +179,7 @@ def build_trainer(
         fail_on_recompile=training.fail_on_recompile,
         compile_blocks=training.compile_blocks,
         progress_bar=config.tracking.progress_bar and progress,
+        nonfinite_loss=training.nonfinite_loss,
     )
     spec = DraftTrainSpec.from_config(config, ctx.device)
     writer = MetricsWriter(
@@ -200,19 +221,17 @@ def build_trainer(
         from .eval_run import build_evaluator
 
         trainer.evaluate = build_evaluator(
-            config, ctx, model=model, head=head, spec=spec, pad_to=pad_to, data=data
+            config, ctx, model=model, head=head, spec=spec, shapes=shapes, data=data
         )
-    checkpoint = resolve_resume(resume or training.resume_from, output_dir)
-    if checkpoint is not None:
-        trainer.restore(
-            load_checkpoint(
-                checkpoint,
-                model=model,
-                optimizer=optimizer,
-                ctx=ctx,
-                fingerprint=trainer.fingerprint,
-            )
-        )
+    # Checks what it resumes (checksums, settings, data order), applies a changed learning rate.
+    resume_trainer(
+        trainer,
+        resume or training.resume_from,
+        ctx=ctx,
+        learning_rate=training.learning_rate,
+        allow_changed=allow_changed,
+        required=resume is not None,
+    )
     return trainer
 
 

@@ -4,13 +4,18 @@ Layout of `<output_dir>/checkpoints/step-000120/`:
   model.safetensors   full draft weights (fp32 master copy), written by rank 0
   config.json         the draft's HF config (when the model has one)
   dcp/                torch.distributed.checkpoint shards of model + optimizer (any world size)
-  rng/rank<r>.pt      every rank's RNG states
-  trainer_state.json  step, epoch, data position, scheduler, the run fingerprint
+  rng/rank<r>.safetensors  every rank's RNG states (tensors + JSON metadata, no pickle)
+  trainer_state.json  step, epoch, data position, sampler state, scheduler, the run fingerprint
+  manifest.json       sha256 of every other file, verified before a resume reads anything
 
 A checkpoint is written under `.tmp-step-000120` and renamed once complete, so a crash mid-save
 never leaves a folder that looks finished. On CPU, a full state dict with `offload_to_cpu` fails
 under FSDP1 and hangs the next collective, so full weights are gathered without CPU offload there,
 and everything resumable goes through torch.distributed.checkpoint.
+
+Loading never unpickles: RNG states are tensors plus JSON, DCP metadata goes through a restricted
+unpickler and optimizer hyper-parameters through `torch.load(weights_only=True)` (see
+`safe_dcp.py`), so resuming from a checkpoint someone sent you cannot run their code.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
@@ -36,7 +42,17 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from ..integrity import (
+    CorruptFile,
+    files_under,
+    manifest_problems,
+    read_manifest,
+    sha256_file,
+    unlisted_files,
+    write_manifest,
+)
 from ..runtime import DistContext
+from .safe_dcp import SafeFileSystemReader, SafeLoadPlanner, read_dcp_metadata
 
 STEP_PREFIX = "step-"
 TMP_PREFIX = ".tmp-"
@@ -50,8 +66,24 @@ FINGERPRINT_FIELDS = (
     "num_draft_layers",
     "mask_token_id",
     "max_length",
-    "data",
 )
+
+# Fields that decide which samples the resumed run trains on, and in what order. A change would
+# repeat some samples and skip others, so resume refuses it unless the user names the field in
+# `--allow-changed` (then the data position is carried over by samples consumed).
+DATA_ORDER_FIELDS = {
+    "data": "the training data (data.train_paths, data.max_samples or the tokenizer)",
+    "training.micro_batch_size": "samples per micro-batch",
+    "training.grad_accum_steps": "micro-batches per optimizer step",
+    "training.seed": "the seed of the data order",
+    "deployment.world_size": "the number of trainer ranks (nproc_per_node x nnodes)",
+    "data.length_grouped": "length-grouped sampling",
+    "data.bucket_synchronized": "bucket-synchronised sampling",
+    "data.mega_batch_multiplier": "the length-grouping window",
+    "training.static_shape_buckets": "the pad policy (bucket-synchronised plans depend on it)",
+}
+
+RNG_FORMAT = "specdraft-rng-1"
 
 
 class CheckpointMismatch(RuntimeError):
@@ -64,6 +96,8 @@ class LoadedCheckpoint:
 
     path: Path
     state: dict[str, Any]
+    # Data-order changes the user allowed (`--allow-changed`), one "field: a -> b" line each.
+    changes: list[str] = field(default_factory=list)
 
 
 def checkpoint_root(output_dir: str | Path) -> Path:
@@ -86,12 +120,34 @@ def find_latest(output_dir: str | Path) -> Path | None:
     return max(done, key=lambda p: int(p.name[len(STEP_PREFIX) :]), default=None)
 
 
-def resolve_resume(resume_from: str | None, output_dir: str | Path) -> Path | None:
-    """Turn training.resume_from ('latest', a folder, or None) into a checkpoint folder."""
+class NothingToResume(FileNotFoundError):
+    """`--resume latest` was asked for, but the run folder holds no complete checkpoint."""
+
+
+def nothing_to_resume_message(output_dir: str | Path) -> str:
+    """Why `--resume latest` cannot resume, and what to do instead."""
+    return (
+        f"--resume latest: there is nothing to resume, {checkpoint_root(output_dir)} holds no "
+        "complete checkpoint (a run writes one every training.save_interval steps); drop "
+        "--resume to start a new run, or pass --resume <checkpoints/step-* folder>"
+    )
+
+
+def resolve_resume(
+    resume_from: str | None, output_dir: str | Path, *, required: bool = False
+) -> Path | None:
+    """Turn training.resume_from ('latest', a folder, or None) into a checkpoint folder.
+
+    'latest' with no checkpoint is None (a config that always says 'latest' starts its first
+    launch fresh) unless `required` (the user typed `--resume latest`): then it is an error.
+    """
     if resume_from is None:
         return None
     if resume_from == "latest":
-        return find_latest(output_dir)
+        latest = find_latest(output_dir)
+        if latest is None and required:
+            raise NothingToResume(nothing_to_resume_message(output_dir))
+        return latest
     path = Path(resume_from)
     if not (path / "trainer_state.json").is_file():
         raise FileNotFoundError(
@@ -101,38 +157,117 @@ def resolve_resume(resume_from: str | None, output_dir: str | Path) -> Path | No
     return path
 
 
-def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
-    """Refuse a checkpoint whose run fingerprint differs, naming every differing field."""
-    diffs = [
-        f"{field}: checkpoint has {saved.get(field)!r}, config has {current.get(field)!r}"
-        for field in FINGERPRINT_FIELDS
-        if saved.get(field) != current.get(field)
-    ]
+def check_allow_changed(names: Any) -> tuple[str, ...]:
+    """Validate `--allow-changed` names against DATA_ORDER_FIELDS; return them as a tuple."""
+    names = tuple(n.strip() for n in names if n.strip())
+    unknown = [n for n in names if n not in DATA_ORDER_FIELDS]
+    if unknown:
+        raise ValueError(
+            f"--allow-changed: {', '.join(map(repr, unknown))} cannot be allowed to change on "
+            f"resume; the fields that can: {', '.join(DATA_ORDER_FIELDS)}"
+        )
+    return names
+
+
+def check_fingerprint(
+    saved: dict[str, Any],
+    current: dict[str, Any],
+    path: Path,
+    *,
+    allow_changed: tuple[str, ...] = (),
+) -> list[str]:
+    """Refuse a checkpoint whose run fingerprint differs, naming every differing field.
+
+    Data-order fields may differ when named in `allow_changed`; those changes are returned (one
+    line each) for the run to log.
+    """
+
+    def line(name: str) -> str:
+        return f"{name}: checkpoint has {saved.get(name)!r}, config has {current.get(name)!r}"
+
+    diffs = [line(f) for f in FINGERPRINT_FIELDS if saved.get(f) != current.get(f)]
+    order = [f for f in DATA_ORDER_FIELDS if f in current and saved.get(f) != current.get(f)]
+    refused = [f for f in order if f not in allow_changed]
     if diffs:
         raise CheckpointMismatch(
             f"cannot resume from {path}: it was made with different settings\n  "
-            + "\n  ".join(diffs)
+            + "\n  ".join(diffs + [line(f) for f in refused])
             + "\nresume with the original settings, or start a new run (new output_dir)"
         )
+    if refused:
+        raise CheckpointMismatch(
+            f"cannot resume from {path}: the data order changed, so the resumed run would repeat "
+            "some samples and skip others\n  "
+            + "\n  ".join(f"{line(f)} ({DATA_ORDER_FIELDS[f]})" for f in refused)
+            + "\nresume with the original settings, start a new run (new output_dir), or accept "
+            f"the change with --allow-changed {','.join(refused)}"
+        )
+    return [line(f) for f in order]
 
 
-def _rng_state() -> dict[str, Any]:
-    state = {
+def rng_file(folder: Path, rank: int) -> Path:
+    """Where rank `rank`'s RNG states live in a checkpoint folder."""
+    return folder / "rng" / f"rank{rank}.safetensors"
+
+
+def save_rng_state(path: Path) -> None:
+    """Write this process's torch, CUDA, numpy and Python RNG states as tensors + JSON."""
+    version, mt_state, gauss_next = random.getstate()
+    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
+    tensors = {
         "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        # Mersenne-Twister words are below 2**32: int64 holds them exactly.
+        "python": torch.tensor(mt_state, dtype=torch.int64),
+        "numpy": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
     }
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
+        for index, state in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"cuda.{index}"] = state
+    meta = {
+        "format": RNG_FORMAT,
+        "python_version": version,
+        "python_gauss_next": gauss_next,
+        "numpy_name": name,
+        "numpy_pos": int(pos),
+        "numpy_has_gauss": int(has_gauss),
+        "numpy_cached_gaussian": float(cached_gaussian),
+    }
+    save_file(tensors, str(path), metadata={"rng": json.dumps(meta)})
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+def load_rng_state(path: Path) -> None:
+    """Restore the RNG states `save_rng_state` wrote; a malformed file is an error naming it."""
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            meta = json.loads((handle.metadata() or {})["rng"])
+            tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118
+        if meta.get("format") != RNG_FORMAT:
+            raise ValueError(f"format {meta.get('format')!r}, expected {RNG_FORMAT!r}")
+        mt_state = tuple(int(v) for v in tensors["python"].tolist())
+        gauss = meta["python_gauss_next"]
+        python_state = (
+            int(meta["python_version"]),
+            mt_state,
+            None if gauss is None else float(gauss),
+        )
+        numpy_state = (
+            str(meta["numpy_name"]),
+            tensors["numpy"].numpy().astype(np.uint32),
+            int(meta["numpy_pos"]),
+            int(meta["numpy_has_gauss"]),
+            float(meta["numpy_cached_gaussian"]),
+        )
+        torch_state = tensors["torch"]
+        if torch_state.dtype != torch.uint8:
+            raise ValueError(f"torch state has dtype {torch_state.dtype}, expected uint8")
+    except Exception as exc:  # any malformed field: name the file, never half-restore
+        raise CorruptFile(f"{path}: not a readable specdraft RNG state ({exc})") from None
+    torch.set_rng_state(torch_state)
+    random.setstate(python_state)
+    np.random.set_state(numpy_state)
+    cuda = sorted((k for k in tensors if k.startswith("cuda.")), key=lambda k: int(k[5:]))
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([tensors[k] for k in cuda])
 
 
 def _barrier() -> None:
@@ -185,11 +320,14 @@ def save_checkpoint(
         },
         checkpoint_id=str(tmp / "dcp"),
     )
-    torch.save(_rng_state(), tmp / "rng" / f"rank{ctx.rank}.pt")
+    save_rng_state(rng_file(tmp, ctx.rank))
     _barrier()
+    digests = _hash_shared(tmp, ctx)
     if ctx.is_main:
         payload = dict(state, step=step, world_size=ctx.world_size)
         (tmp / "trainer_state.json").write_text(json.dumps(payload, indent=2, sort_keys=True))
+        # Last, over every rank's files: the manifest is published by the same rename.
+        write_manifest(tmp, digests)
         if final.exists():
             trash = root / f"{TMP_PREFIX}old-{step_dir_name(step)}"
             final.rename(trash)
@@ -199,6 +337,44 @@ def save_checkpoint(
     return final
 
 
+def _hash_shared(folder: Path, ctx: DistContext) -> dict[str, str]:
+    """sha256 of every file in `folder`, each rank hashing a share (a collective)."""
+    names = files_under(folder)
+    digests = {name: sha256_file(folder / name) for name in names[ctx.rank :: ctx.world_size]}
+    if dist.is_initialized() and ctx.world_size > 1:
+        gathered: list[Any] = [None] * ctx.world_size
+        dist.all_gather_object(gathered, digests)
+        digests = {name: digest for part in gathered for name, digest in part.items()}
+    return digests
+
+
+def verify_checkpoint(path: Path, ctx: DistContext) -> None:
+    """Check every file of a checkpoint against its manifest (the ranks split the hashing).
+
+    Every rank raises the same error, naming each corrupted file, so none waits in a collective.
+    """
+    try:
+        names = sorted(read_manifest(path))
+        mine = names[ctx.rank :: ctx.world_size]
+        problems = manifest_problems(path, mine)
+        if ctx.is_main:
+            # Files present but never listed: only rank 0 lists the folder.
+            problems = unlisted_files(path) + problems
+    except CorruptFile as exc:
+        problems = [str(exc)]
+    if dist.is_initialized() and ctx.world_size > 1:
+        gathered: list[Any] = [None] * ctx.world_size
+        dist.all_gather_object(gathered, problems)
+        problems = sorted({p for part in gathered for p in part})
+    if problems:
+        raise CorruptFile(
+            f"cannot resume from {path}: it does not match the checksums written with it\n  "
+            + "\n  ".join(problems)
+            + "\nresume from an earlier checkpoint (--resume <checkpoints/step-* folder>) or copy "
+            "this one again"
+        )
+
+
 def load_checkpoint(
     path: Path,
     *,
@@ -206,19 +382,42 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     ctx: DistContext,
     fingerprint: dict[str, Any],
+    allow_changed: tuple[str, ...] = (),
 ) -> LoadedCheckpoint:
-    """Restore model, optimizer and RNG from `path` after checking its fingerprint."""
+    """Verify `path`, check its fingerprint, then restore model, optimizer and RNG from it."""
+    verify_checkpoint(path, ctx)
     state = json.loads((path / "trainer_state.json").read_text())
-    check_fingerprint(state.get("fingerprint", {}), fingerprint, path)
+    changes = check_fingerprint(
+        state.get("fingerprint", {}), fingerprint, path, allow_changed=allow_changed
+    )
+    # Checked here first so an unsafe file is refused with its own error (dcp.load would wrap it
+    # in a CheckpointException); dcp.load then reads it again through the same safe reader.
+    read_dcp_metadata(path / "dcp" / ".metadata")
     model_state = get_model_state_dict(model)
     optim_state = get_optimizer_state_dict(model, optimizer)
     payload = {"model": model_state, "optim": optim_state}
-    dcp.load(payload, checkpoint_id=str(path / "dcp"))
+    dcp.load(
+        payload,
+        storage_reader=SafeFileSystemReader(str(path / "dcp")),
+        planner=SafeLoadPlanner(),
+    )
     set_model_state_dict(model, payload["model"])
     set_optimizer_state_dict(model, optimizer, payload["optim"])
-    rng_file = path / "rng" / f"rank{ctx.rank}.pt"
-    # A different world size has no RNG file for the new ranks; they keep their fresh state.
-    if rng_file.is_file() and state.get("world_size") == ctx.world_size:
-        _set_rng_state(torch.load(rng_file, weights_only=False))
+    rng = rng_file(path, ctx.rank)
+    if rng.is_file():
+        load_rng_state(rng)
+    elif state.get("world_size") == ctx.world_size:
+        legacy = rng.with_suffix(".pt")
+        hint = (
+            f" ({legacy.name} is an older pickle format that specdraft does not load)"
+            if legacy.exists()
+            else ""
+        )
+        raise CorruptFile(
+            f"cannot resume from {path}: {rng} is missing{hint}; every rank's RNG state is "
+            "needed for an exact resume: resume from an earlier checkpoint, or copy this one again"
+        )
+    # else: a new world size (allowed with --allow-changed deployment.world_size): the new ranks
+    # have no saved RNG state and keep their fresh one.
     _barrier()
-    return LoadedCheckpoint(path, state)
+    return LoadedCheckpoint(path, state, changes)

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from specdraft.config import Config
+from specdraft.config import Config, ShapePolicy
 
 from ..models.backbone import PREDICT_ANCHORS, PREDICT_KEEP
 from ..runtime import DistContext
@@ -44,6 +44,7 @@ def records_path(config: Config, data_fingerprint: str) -> Path:
             "target": config.model.target,
             "layers": list(config.model.target_layer_ids),
             "new_tokens": eval_new_tokens(config),
+            "max_length": config.data.max_length,
             "samples": config.data.max_eval_samples,
         },
         sort_keys=True,
@@ -92,7 +93,16 @@ def make_eval_records(
         max_new_tokens=eval_new_tokens(config),
         eos_token_ids=eos_ids,
         pad_token_id=pad if pad is not None else eos_ids[0],
+        max_length=config.data.max_length,
     )
+    capped = sum(1 for r in records if r.prompt_cut > 0)
+    if capped:
+        log.info(
+            "evaluation: %d of %d held-out prompts cut from the left to fit data.max_length %d",
+            capped,
+            len(records),
+            config.data.max_length,
+        )
     return records, report.fingerprint
 
 
@@ -138,7 +148,7 @@ def build_evaluator(
     model: nn.Module,
     head: nn.Module,
     spec: Any,
-    pad_to: int | tuple[int, ...] | None,
+    shapes: ShapePolicy,
     data: Any | None,
 ) -> Callable[[nn.Module], dict[str, Any]]:
     """The callable Trainer.fit runs every eval_interval steps and at the end."""
@@ -154,7 +164,7 @@ def build_evaluator(
             predictor(current, head, spec, ctx.device, dtype),
             block_size=config.model.block_size,
             num_anchors=config.training.num_anchors,
-            pad_to=pad_to,
+            pad_to=shapes.pad_to,  # the run's policy: eval pads like training
             ctx=ctx,
         )
 
@@ -163,8 +173,6 @@ def build_evaluator(
 
 def evaluate_checkpoint(config: Config, checkpoint: str) -> dict[str, Any]:
     """tau of a checkpoint's draft (or of a fresh draft for 'init') in this one process."""
-    from specdraft.collate import pad_policy_from_config
-
     from ..models import DraftTrainSpec, build_draft, load_target_config, load_target_head
     from ..runtime.distributed import pick_device
     from .export import load_checkpoint_draft
@@ -177,7 +185,7 @@ def evaluate_checkpoint(config: Config, checkpoint: str) -> dict[str, Any]:
             config.model, load_target_config(config.model.target), dtype=torch.float32
         )
     else:
-        model = load_checkpoint_draft(checkpoint)
+        model = load_checkpoint_draft(checkpoint, action="evaluate")
     model = model.to(device).eval()
     head = load_target_head(config.model.target, dtype=torch.float32).to(device)
     records, _ = make_eval_records(config)
@@ -188,6 +196,7 @@ def evaluate_checkpoint(config: Config, checkpoint: str) -> dict[str, Any]:
             predictor(model, head, spec, device, torch.float32),
             block_size=config.model.block_size,
             num_anchors=config.training.num_anchors,
-            pad_to=pad_policy_from_config(config),
+            # This process's one shape policy (a standalone evaluation, not a training run).
+            pad_to=ShapePolicy.from_config(config).pad_to,
             ctx=ctx,
         )

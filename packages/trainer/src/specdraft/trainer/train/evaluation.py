@@ -36,6 +36,7 @@ class EvalRecord:
     input_ids: torch.Tensor  # [T] prompt + greedy continuation
     prompt_len: int
     hidden_states: torch.Tensor  # [T, L*H]
+    prompt_cut: int = 0  # tokens cut from the front of the prompt to fit data.max_length
 
 
 @dataclass
@@ -168,6 +169,8 @@ def evaluate_acceptance(
     return {
         "tau": advanced / steps if steps else 0.0,
         "steps": steps,
+        # Held-out prompts cut from the left so prompt + generation fit data.max_length.
+        "capped_prompts": sum(1 for r in records if r.prompt_cut > 0),
         "accept_rate_per_pos": [
             a / t if t else 0.0 for a, t in zip(accepts, attempts, strict=True)
         ],
@@ -185,10 +188,22 @@ def build_eval_records(
     max_new_tokens: int,
     eos_token_ids: Sequence[int],
     pad_token_id: int,
+    max_length: int | None = None,
 ) -> list[EvalRecord]:
-    """Generate each prompt's greedy continuation with the target and extract its features."""
+    """Generate each prompt's greedy continuation with the target and extract its features.
+
+    With `max_length`, every record fits it (the pad policy has no longer shape): see
+    `fit_eval_budget` for how a long prompt is cut.
+    """
     records = []
+    keep = None
+    if max_length is not None:
+        max_new_tokens, keep = fit_eval_budget(max_length, max_new_tokens)
     for prompt in prompts:
+        cut = 0
+        if keep is not None and prompt.shape[0] > keep:
+            cut = int(prompt.shape[0]) - keep
+            prompt = prompt[cut:]
         with torch.no_grad():
             out = target.generate(
                 prompt[None].to(target.device),
@@ -199,8 +214,19 @@ def build_eval_records(
             )
             sequence = out[0].to("cpu")
             hidden = extract(sequence[None])[0].to("cpu")
-        records.append(EvalRecord(sequence, int(prompt.shape[0]), hidden))
+        records.append(EvalRecord(sequence, int(prompt.shape[0]), hidden, cut))
     return records
+
+
+def fit_eval_budget(max_length: int, max_new_tokens: int) -> tuple[int, int]:
+    """(tokens to generate, prompt tokens to keep) so that prompt + generation <= max_length.
+
+    The generation budget is kept (up to half of max_length), because tau is measured on the
+    generated tokens; a longer prompt loses its oldest tokens instead: the draft conditions on
+    the most recent context, and the cut record still pads to a shape that training uses.
+    """
+    new_tokens = max(1, min(max_new_tokens, max_length // 2))
+    return new_tokens, max(1, max_length - new_tokens)
 
 
 def prompt_of(input_ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor | None:
@@ -219,6 +245,7 @@ def save_eval_records(records: Sequence[EvalRecord], path: Path) -> None:
         tensors[f"{i}.input_ids"] = record.input_ids.contiguous()
         tensors[f"{i}.hidden_states"] = record.hidden_states.contiguous()
         tensors[f"{i}.prompt_len"] = torch.tensor([record.prompt_len])
+        tensors[f"{i}.prompt_cut"] = torch.tensor([record.prompt_cut])
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp))
@@ -234,6 +261,7 @@ def load_eval_records(path: Path) -> list[EvalRecord]:
             tensors[f"{i}.input_ids"],
             int(tensors[f"{i}.prompt_len"][0]),
             tensors[f"{i}.hidden_states"],
+            int(tensors[f"{i}.prompt_cut"][0]) if f"{i}.prompt_cut" in tensors else 0,
         )
         for i in range(count)
     ]

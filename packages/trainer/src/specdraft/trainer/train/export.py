@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+# What export and eval read from a checkpoint; each must match the checkpoint's manifest.
+DRAFT_FILES = ("config.json", "model.safetensors", "trainer_state.json")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -27,8 +29,22 @@ def draft_class_for(architecture: str) -> type:
     return classes[architecture]
 
 
-def load_checkpoint_draft(checkpoint: str | Path) -> torch.nn.Module:
-    """The draft of a checkpoint folder (config.json + model.safetensors), in fp32."""
+def verify_draft_files(folder: Path, *, action: str) -> None:
+    """Check the files a draft is read from against the checkpoint's manifest.json."""
+    from ..integrity import CorruptFile, verify_files
+
+    # trainer_state.json is read for the run's dtype; only when present (it is optional here).
+    names = [
+        name for name in DRAFT_FILES if name != "trainer_state.json" or (folder / name).exists()
+    ]
+    try:
+        verify_files(folder, names, action=action)
+    except CorruptFile as exc:
+        raise ExportError(str(exc)) from None
+
+
+def load_checkpoint_draft(checkpoint: str | Path, *, action: str = "load") -> torch.nn.Module:
+    """The draft of a checkpoint folder (config.json + model.safetensors), in fp32, verified."""
     folder = Path(checkpoint)
     config_file, weights_file = folder / "config.json", folder / "model.safetensors"
     for needed in (config_file, weights_file):
@@ -37,6 +53,7 @@ def load_checkpoint_draft(checkpoint: str | Path) -> torch.nn.Module:
                 f"{folder} is not a specdraft checkpoint: {needed.name} is missing (checkpoints "
                 "live in <output_dir>/checkpoints/step-*)"
             )
+    verify_draft_files(folder, action=action)
     raw = json.loads(config_file.read_text())
     architecture = (raw.get("architectures") or [None])[0]
     model_class = draft_class_for(str(architecture))
@@ -62,7 +79,7 @@ def checkpoint_dtype(checkpoint: str | Path) -> str:
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path, *, dtype: str | None = None) -> Path:
     """Write `out/` with config.json (dtype matching the weights) and model.safetensors."""
-    model = load_checkpoint_draft(checkpoint)
+    model = load_checkpoint_draft(checkpoint, action="export")
     name = dtype or checkpoint_dtype(checkpoint)
     if name not in DTYPES:
         raise ExportError(f"--dtype {name!r} is not one of {sorted(DTYPES)}")

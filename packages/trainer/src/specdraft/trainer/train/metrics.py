@@ -107,6 +107,36 @@ class MetricsWriter:
                 if key not in ("step", "time") and isinstance(value, (int, float)):
                     self._tb.add_scalar(key, value, step)
 
+    def truncate_after(self, step: int) -> int:
+        """Drop lines logged after `step` (a resumed run logs those steps again); return how many.
+
+        A run killed between checkpoints logged steps past its last checkpoint; without this the
+        file would hold those steps twice. A torn last line (killed mid-write) is dropped too.
+        The file is rewritten atomically, so a crash here leaves the old file.
+        """
+        if not self.enabled or self._file is None:
+            return 0
+        self._file.close()
+        kept, dropped = [], 0
+        for line in self.jsonl_path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            try:
+                row_step = json.loads(line).get("step")
+            except (ValueError, AttributeError):
+                dropped += 1
+                continue
+            if isinstance(row_step, int) and row_step > step:
+                dropped += 1
+            else:
+                kept.append(line + "\n")
+        if dropped:
+            tmp = self.jsonl_path.with_name(f".{self.jsonl_path.name}.tmp")
+            tmp.write_text("".join(kept), encoding="utf-8")
+            tmp.replace(self.jsonl_path)
+        self._file = self.jsonl_path.open("a", encoding="utf-8")
+        return dropped
+
     def close(self) -> None:
         """Flush and close the sinks."""
         if self._file is not None:

@@ -12,8 +12,7 @@ from typing import Any
 
 import torch
 
-from specdraft.collate import describe_pad_to, pad_policy_from_config
-from specdraft.config import Config, compile_plan, load_config
+from specdraft.config import Config, ShapePolicy, load_config
 
 log = logging.getLogger("specdraft")
 
@@ -31,9 +30,33 @@ def configure_logging(rank: int) -> None:
 
 
 def rank_main(
-    config_path: str, overrides: list[str], resume: str | None, progress: bool = True
+    config_path: str,
+    overrides: list[str],
+    resume: str | None,
+    progress: bool = True,
+    allow_changed: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """What every trainer rank runs (picklable for the elastic launcher)."""
+    """What every trainer rank runs (picklable for the elastic launcher).
+
+    `allow_changed` names the data-order fields a resume may find changed (`--allow-changed`).
+    """
+    from ..disagg.http_json import private_files
+
+    # A rank's process is the run: checkpoints (torch's DCP writer), metrics.jsonl and
+    # summary.json are written by code that takes the umask's mode, so set a private one here,
+    # at the entry point, not at import (library callers keep theirs once this returns).
+    with private_files():
+        return _run_rank(config_path, overrides, resume, progress, allow_changed)
+
+
+def _run_rank(
+    config_path: str,
+    overrides: list[str],
+    resume: str | None,
+    progress: bool,
+    allow_changed: tuple[str, ...],
+) -> dict[str, Any]:
+    """`rank_main` under the private umask: build the trainer, fit, write summary.json."""
     from ..runtime import init_distributed, shutdown_distributed
 
     config = load_config(config_path, overrides)
@@ -43,11 +66,15 @@ def rank_main(
         if config.deployment.mode == "disaggregated":
             from ..disagg.trainer_side import build_disaggregated_trainer
 
-            trainer = build_disaggregated_trainer(config, ctx, resume=resume, progress=progress)
+            trainer = build_disaggregated_trainer(
+                config, ctx, resume=resume, progress=progress, allow_changed=allow_changed
+            )
         else:
             from .assembly import build_trainer
 
-            trainer = build_trainer(config, ctx, resume=resume, progress=progress)
+            trainer = build_trainer(
+                config, ctx, resume=resume, progress=progress, allow_changed=allow_changed
+            )
         result = trainer.fit()
         summary = result.summary()
         if ctx.is_main:
@@ -74,8 +101,13 @@ def dry_run_plan(config: Config, *, world_size: int) -> RunPlan:
     draft = build_draft(config.model, target_config, dtype=torch.float32, device="meta")
     params = sum(p.numel() for p in draft.parameters())
     training = config.training
-    pad_to = pad_policy_from_config(config)
-    plan = compile_plan(config)
+    # The dry run's one shape policy: the lines below and the compile plan read it.
+    shapes = ShapePolicy.from_config(config)
+    plan = shapes.compile_plan(
+        compile_blocks=training.compile_blocks,
+        with_eval=bool(config.data.eval_paths),
+        num_blocks=config.model.num_draft_layers,
+    )
     # fp32 master weights + fp32 grads + two AdamW moments, sharded over the ranks.
     state_bytes = params * 16 / world_size
     device = "cuda (NCCL)" if torch.cuda.is_available() else "cpu (gloo)"
@@ -99,7 +131,9 @@ def dry_run_plan(config: Config, *, world_size: int) -> RunPlan:
         f"{config.deployment.nproc_per_node}) on {device}",
         f"backend:     {training.backend}, mixed precision {training.mixed_precision}, "
         f"reshard_after_forward={training.reshard_after_forward}",
-        f"pad policy:  {describe_pad_to(pad_to)}",
+        f"pad policy:  {shapes.describe_lengths()}",
+        f"anchors:     {shapes.describe_anchors()}",
+        f"shape grid:  {_grid_line(shapes)}",
         f"compile:     {plan.describe()}",
         f"batch:       micro {training.micro_batch_size} x accum {training.grad_accum_steps} x "
         f"{world_size} ranks = {training.micro_batch_size * training.grad_accum_steps * world_size}"
@@ -112,6 +146,14 @@ def dry_run_plan(config: Config, *, world_size: int) -> RunPlan:
         f"output:      {config.output_dir}",
     ]
     return RunPlan(lines)
+
+
+def _grid_line(shapes: ShapePolicy) -> str:
+    """The static (length x anchor width) cells, or why there are none."""
+    if not shapes.grid:
+        return "dynamic (pad to the longest sample, the batch's largest anchor count)"
+    cells = ", ".join(f"{length}x{width}" for length, width in shapes.grid)
+    return f"{len(shapes.grid)} cell(s) (length x anchors): {cells}"
 
 
 def memory(num_bytes: float) -> str:
@@ -148,7 +190,8 @@ def runtime_check_errors(config: Config) -> list[str]:
     from ..backends import Fp8Unavailable, backend_options_from_config, check_fp8_supported
     from ..runtime.distributed import pick_device
 
-    options = backend_options_from_config(config, pick_device(0))
+    # fp8 support does not depend on shapes: a pad-only policy keeps this check torch-light.
+    options = backend_options_from_config(config, pick_device(0), shapes=ShapePolicy())
     try:
         check_fp8_supported(options)
     except Fp8Unavailable as exc:

@@ -1,10 +1,10 @@
 """Batch sources: turn a sampler's micro-batches of indices into collated, featured batches.
 
-Every source pads with the run's one pad policy (`pad_policy_from_config`) and, under static
+Every source pads with the run's one `ShapePolicy` (lengths and anchor widths) and, under static
 shapes, also pads the batch dimension to `micro_batch_size` with zero-weight rows, so compiled
-blocks only ever see the shapes the warm-up built. An empty micro-batch (a rank with nothing left
-in the last window) becomes a zero-weight dummy batch: every rank still runs the same forward and
-backward, which sharded models need for their collectives.
+blocks only ever see the (length, anchor width) cells the warm-up built. An empty micro-batch (a
+rank with nothing left in the last window) becomes a zero-weight dummy batch: every rank still
+runs the same forward and backward, which sharded models need for their collectives.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from specdraft.collate import DataCollatorWithPadding, MicroBatchSampler, resolve_static_length
+from specdraft.collate import ANCHOR_WIDTH, DataCollatorWithPadding, MicroBatchSampler
+from specdraft.config import PadTo, ShapePolicy
 
 # (input_ids [B,S], attention_mask [B,S]) -> (hidden_states [B,S,L*H], last_hidden [B,S,H])
 FeatureFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -33,8 +34,13 @@ class BatchShape:
     static: bool  # pad the batch dimension too (static shapes)
 
 
-def dummy_batch(shape: BatchShape, length: int, rows: int | None = None) -> dict[str, Any]:
-    """A zero-weight batch of `rows` x `length` (no supervised token, so no anchor and no loss)."""
+def dummy_batch(
+    shape: BatchShape, length: int, rows: int | None = None, anchor_width: int | None = None
+) -> dict[str, Any]:
+    """A zero-weight batch of `rows` x `length` (no supervised token, so no anchor and no loss).
+
+    `anchor_width` forces the anchor blocks it computes (a warm-up cell); None leaves the key out.
+    """
     rows = rows or shape.micro_batch_size
     batch: dict[str, Any] = {
         "input_ids": torch.zeros(rows, length, dtype=torch.long),
@@ -43,6 +49,8 @@ def dummy_batch(shape: BatchShape, length: int, rows: int | None = None) -> dict
         "sample_id": torch.zeros(rows, dtype=torch.long),
         "num_real": 0,
     }
+    if anchor_width is not None:
+        batch[ANCHOR_WIDTH] = anchor_width
     if shape.with_last_hidden:
         batch["target_last_hidden_states"] = torch.zeros(
             rows, length, shape.hidden_size, dtype=shape.feature_dtype
@@ -64,41 +72,41 @@ def pad_rows(batch: dict[str, Any], rows: int) -> dict[str, Any]:
 
 
 class BatchBuilder:
-    """Collates rows with the run's pad policy and places batches on the device.
+    """Collates rows with the run's shape policy and places batches on the device.
 
-    Shared by every batch source, so the train loader of each mode pads the same way: the pad
-    policy, static row padding, zero-weight dummies for empty micro-batches, warm-up batches.
+    Shared by every batch source, so the train loader of each mode pads the same way: pad
+    lengths and anchor widths, static row padding, zero-weight dummies for empty micro-batches,
+    warm-up batches (one per grid cell).
     """
 
     def __init__(
         self,
         *,
-        pad_to: int | tuple[int, ...] | None,
+        shapes: ShapePolicy | PadTo,
         shape: BatchShape,
         device: torch.device | None = None,
     ) -> None:
-        self.pad_to = pad_to
-        self.collate = DataCollatorWithPadding(pad_to=pad_to)
+        self.shapes = ShapePolicy.of(shapes)
+        self.collate = DataCollatorWithPadding(pad_to=self.shapes)
         self.shape = shape
         self.device = device or torch.device("cpu")
 
-    def static_lengths(self) -> tuple[int, ...]:
-        """The lengths a batch can be padded to (empty for pad-to-longest)."""
-        if self.pad_to is None:
-            return ()
-        if isinstance(self.pad_to, int):
-            return (self.pad_to,)
-        return tuple(self.pad_to)
-
     def warmup_batches(self) -> list[Mapping[str, Any]]:
-        """One dummy batch per static length, on the device."""
-        return [self.to_device(dummy_batch(self.shape, n)) for n in self.static_lengths()]
+        """One dummy batch per static (length, anchor width) cell, on the device."""
+        if not self.shapes.anchor_widths:
+            return [self.to_device(dummy_batch(self.shape, n)) for n in self.shapes.lengths]
+        return [
+            self.to_device(dummy_batch(self.shape, length, anchor_width=width))
+            for length, width in self.shapes.grid
+        ]
 
     def empty(self) -> dict[str, Any]:
         """The zero-weight dummy that stands in for an empty micro-batch."""
-        length = resolve_static_length(1, self.pad_to)
+        length = self.shapes.pad_length(1)
         rows = self.shape.micro_batch_size if self.shape.static else 1
-        return self.to_device(dummy_batch(self.shape, length, rows))
+        # The smallest anchor width: a dummy has no anchor, so it should cost the least.
+        width = self.shapes.anchor_width(0) if self.shapes.num_anchors is not None else None
+        return self.to_device(dummy_batch(self.shape, length, rows, anchor_width=width))
 
     def collate_rows(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Collate real rows (padded to the pad policy, and to micro_batch_size rows if static)."""
@@ -158,6 +166,22 @@ class LocalBatchSource:
 
     def acknowledge(self, epoch: int, window: int) -> None:
         """Nothing to free for local data."""
+
+    def data_state(self, epoch: int, window: int) -> dict[str, Any]:
+        """The sampler's state at optimizer window `window` of `epoch` (saved in checkpoints)."""
+        self.sampler.set_epoch(epoch)
+        return self.sampler.state_dict(consumed=window * self.accum)
+
+    def restore_data_state(
+        self, state: dict[str, Any], *, allow_changed: Sequence[str] = ()
+    ) -> tuple[int, int]:
+        """Load a saved sampler state; return the (epoch, window) to continue from.
+
+        The sampler refuses a state saved with other data-order settings, naming the field,
+        unless the field is in `allow_changed`.
+        """
+        self.sampler.load_state_dict(state, allow_changed=allow_changed)
+        return self.sampler.epoch, self.sampler.position // self.accum
 
     def batch(self, indices: Sequence[int]) -> dict[str, Any]:
         """Collate, feature and place one micro-batch (a dummy for an empty one)."""

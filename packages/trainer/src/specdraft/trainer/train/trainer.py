@@ -9,6 +9,7 @@ clipping. The result equals one big batch, whatever the accumulation and world s
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -19,6 +20,8 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from specdraft.collate import ANCHOR_WIDTH
+
 from ..backends import (
     compiled_graph_count,
     explain_recompile_limit,
@@ -26,7 +29,7 @@ from ..backends import (
     gradient_sync,
 )
 from ..runtime import DistContext, all_reduce_sum
-from .checkpoint import LoadedCheckpoint, save_checkpoint
+from .checkpoint import LoadedCheckpoint, find_latest, save_checkpoint
 from .metrics import MetricsWriter, PerfClock, peak_memory_mb
 
 log = logging.getLogger(__name__)
@@ -63,6 +66,26 @@ class TrainSettings:
     fail_on_recompile: bool = False
     compile_blocks: bool = False
     progress_bar: bool = True
+    nonfinite_loss: str = "stop"  # 'stop' or 'skip' (training.nonfinite_loss)
+
+
+class NonFiniteLossError(RuntimeError):
+    """A step's loss or gradient norm was NaN or infinite under training.nonfinite_loss = 'stop'."""
+
+    def __init__(self, step: int, loss: float, grad_norm: float, last_good: Path | None) -> None:
+        self.step = step
+        self.last_good = last_good
+        where = (
+            f"the last good checkpoint is {last_good} (resume with --resume latest)"
+            if last_good is not None
+            else "no checkpoint was written before it"
+        )
+        super().__init__(
+            f"step {step}: the loss is {loss} and the gradient norm {grad_norm}, not finite; "
+            f"the step was not applied and nothing was saved from it; {where}. Fix: lower "
+            f"training.learning_rate or check the data of this step, or set "
+            f"training.nonfinite_loss = 'skip' to drop such steps and go on"
+        )
 
 
 @dataclass
@@ -163,9 +186,12 @@ class Trainer:
         self.epoch = 0
         self.window = 0  # next optimizer window inside the epoch
         self.graphs_after_warmup = 0
+        self.skipped_steps = 0  # steps dropped for a non-finite loss (nonfinite_loss = 'skip')
         # Padded length of each micro-batch of the last window (logged as data/pad_lengths):
         # shows the pad policy at work, the same whichever source built the batches.
         self.pad_lengths: list[int] = []
+        # Anchor blocks each micro-batch of the last window computed (data/anchor_widths).
+        self.anchor_widths: list[int] = []
 
     # ------------------------------------------------------------------ plan
 
@@ -194,8 +220,12 @@ class Trainer:
 
     def trainer_state(self) -> dict[str, Any]:
         """Everything besides weights and optimizer that an exact resume needs."""
+        # The sampler's own state (local data), so a resume can check the data order it restores.
+        data_state = getattr(self.source, "data_state", None)
+        sampler = {"sampler": data_state(self.epoch, self.window)} if data_state else {}
         return {
             **self.extra_state,
+            **sampler,
             "epoch": self.epoch,
             "window": self.window,
             "scheduler": self.scheduler.state_dict(),
@@ -205,10 +235,11 @@ class Trainer:
     # ---------------------------------------------------------------- warmup
 
     def warmup(self) -> None:
-        """Pre-warm every static length: one forward/backward (and eval forward), no step.
+        """Pre-warm every static (length, anchor width) cell: forward/backward, no step.
 
-        So no compile lands inside training: each shape's graphs (grad and no-grad block input,
-        plus the no-grad evaluation forward) are built here, on dummy data with no loss weight.
+        So no compile lands inside training: each cell's graphs (grad and no-grad block input)
+        and each length's no-grad evaluation forward (at num_anchors slots) are built here, on
+        dummy data with no loss weight.
         """
         batches = self.source.warmup_batches()
         if not self.settings.compile_blocks or not batches:
@@ -225,14 +256,17 @@ class Trainer:
                 # backward, and Dynamo cannot fake a view whose base has a gradient of another
                 # size (training never traces with a sharded gradient: steps end with zero_grad).
                 self.optimizer.zero_grad(set_to_none=True)
-                if self.evaluate is not None:
+                # Evaluation predicts at num_anchors slots whatever the training width: one
+                # no-grad graph per length, built with that length's widest cell.
+                width = batch.get(ANCHOR_WIDTH, spec.num_anchors)
+                if self.evaluate is not None and width == spec.num_anchors:
                     with torch.no_grad():
                         predict = prediction_batch(batch, spec.num_anchors)
                         self.model(predict, head=self.head, spec=spec)
         self.graphs_after_warmup = compiled_graph_count()
         if self.ctx.is_main:
             log.info(
-                "pre-warmed %d static length(s) in %.1f s: %d graphs compiled",
+                "pre-warmed %d static shape cell(s) in %.1f s: %d graphs compiled",
                 len(batches),
                 time.perf_counter() - start,
                 self.graphs_after_warmup,
@@ -251,6 +285,7 @@ class Trainer:
         samples = 0
         last = len(window) - 1
         self.pad_lengths = [int(batch["input_ids"].shape[1]) for batch in window]
+        self.anchor_widths = [int(batch.get(ANCHOR_WIDTH, spec.num_anchors)) for batch in window]
         for index, batch in enumerate(window):
             with clock.train_compute(), gradient_sync(self.model, index == last):
                 out = self.model(batch, head=self.head, spec=spec)
@@ -261,8 +296,11 @@ class Trainer:
             samples += int(batch.get("num_real", batch["input_ids"].shape[0]))
         return torch.stack([numerator, denominator]), sums, samples
 
-    def _optimizer_step(self, global_den: torch.Tensor) -> torch.Tensor:
-        """Scale gradients to the exact token-weighted mean, clip, and step."""
+    def _optimizer_step(
+        self, global_den: torch.Tensor, global_num: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Scale gradients to the exact token-weighted mean, clip, and step (unless the loss or
+        the gradient norm is not finite: then stop or skip, per settings.nonfinite_loss)."""
         # FSDP averaged the gradients over ranks; the exact mean divides the rank sum by the
         # global weight sum instead: multiply by world / global_den.
         den = float(global_den)
@@ -279,6 +317,26 @@ class Trainer:
             norm = torch.nn.utils.clip_grad_norm_(params, float("inf"))
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
+        # The loss and norm are all-reduced, so every rank takes the same branch here.
+        num = float(global_num) if global_num is not None else 0.0
+        if not (math.isfinite(num) and bool(torch.isfinite(norm))):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = num / den if den > 0 else num
+            if self.settings.nonfinite_loss != "skip":
+                raise NonFiniteLossError(
+                    self.step + 1, loss, float(norm), find_latest(self.output_dir)
+                )
+            self.skipped_steps += 1
+            if self.ctx.is_main:
+                log.warning(
+                    "step %d: loss %s, gradient norm %s: not finite, step skipped (%d so far)",
+                    self.step + 1,
+                    loss,
+                    float(norm),
+                    self.skipped_steps,
+                )
+            self.scheduler.step()  # the schedule follows the step count, applied or not
+            return norm.detach().float()
         if den > 0:
             self.optimizer.step()
         self.scheduler.step()
@@ -316,7 +374,7 @@ class Trainer:
                         names = sorted(sums)
                         vector = torch.cat([packed] + [sums[k].reshape(-1) for k in names])
                         all_reduce_sum(vector)
-                        grad_norm = self._optimizer_step(vector[1])
+                        grad_norm = self._optimizer_step(vector[1], vector[0])
                 self.source.acknowledge(self.epoch, self.window)
                 self.step += 1
                 self.window += 1
@@ -400,6 +458,8 @@ class Trainer:
             "grad_norm": float(grad_norm),
             "loss_weight": den,
         }
+        if self.settings.nonfinite_loss == "skip":
+            metrics["train/skipped_steps"] = self.skipped_steps
         offset = 2
         reduced: dict[str, list[float]] = {}
         for key in names:
@@ -414,6 +474,7 @@ class Trainer:
         metrics["perf/samples_per_s"] = global_samples / elapsed_s if elapsed_s > 0 else 0.0
         metrics["perf/peak_memory_mb"] = peak_memory_mb(self.ctx.device)
         metrics["data/pad_lengths"] = list(self.pad_lengths)
+        metrics["data/anchor_widths"] = list(self.anchor_widths)
         if self.settings.compile_blocks:
             graphs = compiled_graph_count()
             metrics["compile/graphs"] = graphs

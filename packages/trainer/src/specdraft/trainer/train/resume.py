@@ -1,0 +1,106 @@
+"""Resume a run from a checkpoint and check what it resumes.
+
+Beyond restoring weights, optimizer and RNG (`checkpoint.load_checkpoint`, which also verifies
+checksums and refuses changed settings), a resume must continue the *same* run: the sampler's
+saved position is loaded through the sampler, which refuses a data order that changed unless the
+user allowed it; a learning rate changed in the config is applied from the resumed step on (the
+scheduler's saved `base_lrs` would otherwise keep the old one, silently); and the metrics of the
+steps after the checkpoint, which the crashed run logged and the resumed run logs again, are cut
+from `metrics.jsonl`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..runtime import DistContext
+from .checkpoint import load_checkpoint, resolve_resume
+from .trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+
+def resume_trainer(
+    trainer: Trainer,
+    resume_from: str | None,
+    *,
+    ctx: DistContext,
+    learning_rate: float,
+    allow_changed: Sequence[str] = (),
+    required: bool = False,
+) -> Path | None:
+    """Restore `trainer` from `resume_from` ('latest', a folder or None); return the folder.
+
+    `required` makes 'latest' with no checkpoint an error (the user asked to resume); otherwise
+    the run starts fresh and says so.
+    """
+    allowed = tuple(allow_changed)
+    checkpoint = resolve_resume(resume_from, trainer.output_dir, required=required)
+    if checkpoint is None:
+        if resume_from == "latest" and ctx.is_main:
+            log.info(
+                "training.resume_from = 'latest': no checkpoint in %s yet, starting a new run",
+                trainer.output_dir / "checkpoints",
+            )
+        return None
+    loaded = load_checkpoint(
+        checkpoint,
+        model=trainer.model,
+        optimizer=trainer.optimizer,
+        ctx=ctx,
+        fingerprint=trainer.fingerprint,
+        allow_changed=allowed,
+    )
+    trainer.restore(loaded)
+    for change in loaded.changes:
+        if ctx.is_main:
+            log.warning("resuming with a changed data order (--allow-changed): %s", change)
+    restore_data_state = getattr(trainer.source, "restore_data_state", None)
+    saved = loaded.state.get("sampler")
+    if restore_data_state is not None:
+        if saved is None:
+            raise ValueError(
+                f"cannot resume from {checkpoint}: its trainer_state.json has no sampler state, "
+                "so the data order cannot be checked; resume from a checkpoint written by this "
+                "version, or start a new run"
+            )
+        trainer.epoch, trainer.window = restore_data_state(saved, allow_changed=allowed)
+    apply_learning_rate(trainer, learning_rate, ctx=ctx)
+    if ctx.is_main:
+        dropped = trainer.writer.truncate_after(trainer.step)
+        if dropped:
+            log.info(
+                "metrics: dropped %d line(s) logged after step %d by the interrupted run "
+                "(the resumed run logs those steps again)",
+                dropped,
+                trainer.step,
+            )
+    return checkpoint
+
+
+def apply_learning_rate(trainer: Trainer, learning_rate: float, *, ctx: DistContext) -> None:
+    """Make the config's peak learning rate the schedule's, from the resumed step on."""
+    scheduler = trainer.scheduler
+    saved = list(scheduler.base_lrs)
+    if all(base == learning_rate for base in saved):
+        return
+    scheduler.base_lrs = [learning_rate] * len(saved)
+    # The schedule continues at the resumed step with the new peak: the same warmup and decay
+    # factors, a different scale.
+    step = scheduler.last_epoch
+    lrs = [learning_rate * factor(step) for factor in scheduler.lr_lambdas]
+    for group, lr in zip(trainer.optimizer.param_groups, lrs, strict=True):
+        group["initial_lr"] = learning_rate
+        group["lr"] = lr
+    scheduler._last_lr = lrs  # what get_last_lr() reports (and metrics log) until the next step
+    if ctx.is_main:
+        log.warning(
+            "training.learning_rate changed from %s (checkpoint) to %s: applied from step %d on "
+            "(the schedule keeps its shape; the learning rate is now %s)",
+            saved[0],
+            learning_rate,
+            trainer.step,
+            lrs[0],
+        )

@@ -1,0 +1,259 @@
+"""Real crashes of a disaggregated run, then `specdraft train ... --resume latest`: the run
+finishes every planned step, each sample trained once per epoch, on the weights of a run that
+never crashed.
+
+The crashes are real (SIGKILL of a trainer rank or of the capture server, found among the
+launcher's child processes) and land windows past the last checkpoint (two for a rank), once
+capture has run ahead up to the watermark: the resumed producer must capture the rolled-back
+windows again while the windows it captured ahead hold every slot under the watermark. Before
+the fix, the resumed trainers waited for a window that could never be captured and ended with
+`WindowTimeout`.
+
+The run: 10 steps over two epochs of 5 windows, checkpoints every 3 steps, a watermark of two
+windows (16 samples), the harness's window timeouts (a hang fails after 240 s).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from _disaggregated_runs import (
+    EXAMPLE,
+    ROOT,
+    RUN_TIMEOUT_S,
+    SAMPLES_PER_STEP,
+    SPECDRAFT,
+    WORLD_SIZE,
+    ledger_state,
+    run_settings,
+    service_logs,
+    session_data,
+    shared_run,
+    train,
+)
+from safetensors.torch import load_file
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+STEPS = 10
+SAVE_INTERVAL = 3
+HIGH_WATERMARK = 2 * SAMPLES_PER_STEP
+LONG = (
+    f"training.max_steps={STEPS}",
+    f"training.save_interval={SAVE_INTERVAL}",
+    "training.num_epochs=2",
+    f"deployment.disaggregated.high_watermark={HIGH_WATERMARK}",
+)
+
+
+def test_a_rank_killed_past_its_checkpoint_twice_resumes_and_trains_each_sample_once(
+    tmp_path, tmp_path_factory
+):
+    data = session_data(tmp_path_factory)
+    run_dir = tmp_path / "run"
+    # Killed two windows past the checkpoint after step 3, then past the one after step 6.
+    first = crash(run_dir, data, trained=5, victim=trainer_rank)
+    second = crash(run_dir, data, trained=8, victim=trainer_rank, resume="latest")
+    assert (first, second) == ((3, 5), (6, 8))
+    final = train(run_dir, data, LONG, resume="latest")
+    assert final.summary["final_step"] == STEPS
+    assert resumes(run_dir) == [(0, []), (3, [3, 4]), (6, [6, 7])]
+    assert_trained_once_like_an_uninterrupted_run(run_dir, data, tmp_path_factory)
+
+
+def test_a_killed_capture_server_stops_the_run_and_the_resume_finishes_it(
+    tmp_path, tmp_path_factory
+):
+    data = session_data(tmp_path_factory)
+    run_dir = tmp_path / "run"
+    checkpoint, trained = crash(run_dir, data, trained=4, victim=capture_process)
+    # The ranks may finish the step they were on before the launcher stops them (the next
+    # checkpoint is two steps away): one or two windows to roll back, the watermark full.
+    assert checkpoint == 3 and trained in (4, 5)
+    final = train(run_dir, data, LONG, resume="latest")
+    assert final.summary["final_step"] == STEPS
+    assert resumes(run_dir) == [(0, []), (3, list(range(3, trained)))]
+    assert_trained_once_like_an_uninterrupted_run(run_dir, data, tmp_path_factory)
+
+
+# ----------------------------------------------------------------------------- the crash
+
+
+def crash(
+    run_dir: Path,
+    data: Path,
+    *,
+    trained: int,
+    victim: Callable[[int], int | None],
+    resume: str | None = None,
+) -> tuple[int, int]:
+    """Start the run; once `trained` steps are trained and capture holds the whole watermark,
+    SIGKILL the process `victim` picks among the launcher's descendants; the run must fail.
+    Returns (latest checkpoint, steps trained) as the crash left them; the watermark is full."""
+    argv = [*SPECDRAFT, "train", str(EXAMPLE), "--no-progress"]
+    for item in (*run_settings(run_dir, data), *LONG):
+        argv += ["--set", item]
+    if resume:
+        argv += ["--resume", resume]
+    # The console goes to a file: a pipe nobody reads while the run goes could fill and stall it.
+    console = run_dir.parent / f"console-{len(list(run_dir.parent.glob('console-*')))}.txt"
+    with open(console, "w") as out:
+        launcher = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=out)
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        killed = None
+        seen: list[tuple[int, int]] = []  # (trained, held) as the ledger went, for a failure
+        while killed is None:
+            assert launcher.poll() is None, (
+                f"the run ended ({launcher.returncode}) before the crash; (trained, held) went "
+                f"{seen}:\n{console.read_text()[-4000:]}\n{service_logs(run_dir)}"
+            )
+            assert time.monotonic() < deadline, f"never reached the crash point: {seen}"
+            now = progress(run_dir)
+            if not seen or seen[-1] != now:
+                seen.append(now)
+            if now == (trained, HIGH_WATERMARK):
+                killed = victim(launcher.pid)
+            time.sleep(0.05)
+        os.kill(killed, signal.SIGKILL)
+        launcher.wait(timeout=RUN_TIMEOUT_S)
+    finally:
+        if launcher.poll() is None:
+            # SIGTERM first: the launcher then stops the services it started.
+            launcher.terminate()
+            try:
+                launcher.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                launcher.kill()
+                launcher.wait()
+    assert launcher.returncode != 0, f"the run survived the crash:\n{console.read_text()[-4000:]}"
+    # What the resume starts from: the windows captured ahead hold every slot.
+    done, held = progress(run_dir)
+    assert held == HIGH_WATERMARK, f"{held} samples held after the crash, not {HIGH_WATERMARK}"
+    return latest_checkpoint(run_dir), done
+
+
+def progress(run_dir: Path) -> tuple[int, int]:
+    """(steps trained, samples held by untrained windows), from the ledger as it is now."""
+    state = ledger_state(run_dir)
+    return sum(1 for s in state.steps.values() if s.trained), held(state)
+
+
+def held(state) -> int:
+    """Samples leased for windows not trained yet: the room a restarted producer reserves."""
+    return sum(len(s.slots) for s in state.steps.values() if not s.trained)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid`."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The parent pid is the second field after the parenthesised command name.
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def trainer_rank(root: int) -> int | None:
+    """A victim picker: the last trainer rank the elastic agent started.
+
+    The agent spawns each rank with multiprocessing and hands it RANK after the start, so a
+    rank is known by its spawn command line (its initial environment holds no RANK)."""
+    ranks = [pid for pid in descendants(root) if b"spawn_main" in cmdline(pid)]
+    return max(ranks) if len(ranks) == WORLD_SIZE else None
+
+
+def capture_process(root: int) -> int | None:
+    """A victim picker: the embedded capture server (`specdraft serve-capture`)."""
+    return next((pid for pid in descendants(root) if b"serve-capture" in cmdline(pid)), None)
+
+
+def cmdline(pid: int) -> bytes:
+    """A process's command line (empty once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+# ----------------------------------------------------------------------------- the checks
+
+
+def latest_checkpoint(run_dir: Path) -> int:
+    """The step of the newest complete checkpoint folder."""
+    steps = [int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("step-*")]
+    return max(steps)
+
+
+def resumes(run_dir: Path) -> list[tuple[int, list[int]]]:
+    """Every trainer launch's resume: (restored step, steps rolled back)."""
+    from specdraft.trainer.disagg.ledger import read_ledger
+    from specdraft.trainer.disagg.producer import ledger_path
+
+    records = read_ledger(ledger_path(run_dir))
+    return [(r["step"], r["rolled"]) for r in records if r["ev"] == "resume"]
+
+
+def planned_per_epoch(run_dir: Path, data: Path) -> dict[int, Counter[int]]:
+    """Each epoch's sample ids as the producer plans this run's windows."""
+    from specdraft.config import load_config
+    from specdraft.trainer.disagg.producer_main import load_prompts, plan_prompts
+    from specdraft.trainer.disagg.prompts import screen_prompts
+
+    cfg = load_config(EXAMPLE, (*run_settings(run_dir, data), *LONG))
+    good, _bad = screen_prompts(load_prompts(cfg, None), max_length=cfg.data.max_length)
+    plan = plan_prompts(cfg, good)
+    assert plan.total_steps == STEPS
+    out: dict[int, Counter[int]] = {}
+    for window in plan.windows:
+        out.setdefault(window.epoch, Counter()).update(window.sample_ids())
+    return out
+
+
+def assert_trained_once_like_an_uninterrupted_run(
+    run_dir: Path, data: Path, factory: pytest.TempPathFactory
+) -> None:
+    """The ledger audit (each sample once per epoch), an empty store, and the final weights and
+    losses of the same run made without a crash."""
+    from specdraft.trainer.disagg.ledger import trained_sample_counts
+    from specdraft.trainer.disagg.store import local_store_root
+
+    counts = trained_sample_counts(ledger_state(run_dir))
+    planned = planned_per_epoch(run_dir, data)
+    assert sorted(counts) == sorted(planned) == [0, 1]
+    for epoch, counter in counts.items():
+        repeated = sorted(sid for sid, n in counter.items() if n != 1)
+        assert not repeated, f"epoch {epoch}: samples trained more than once: {repeated}"
+        missing = sorted(set(planned[epoch]) - set(counter))
+        assert not missing, f"epoch {epoch}: planned samples never trained: {missing}"
+        assert counter == planned[epoch]
+    left = [p for p in local_store_root(run_dir).rglob("*") if p.is_file()]
+    assert not left, f"objects left in the feature store: {left[:3]}"
+
+    whole = shared_run(factory, "online-long", LONG)
+    assert whole.summary["final_step"] == STEPS
+    name = f"step-{STEPS:07d}"
+    want = load_file(str(whole.run_dir / "checkpoints" / name / "model.safetensors"))
+    got = load_file(str(run_dir / "checkpoints" / name / "model.safetensors"))
+    assert got.keys() == want.keys()
+    for key, tensor in want.items():
+        torch.testing.assert_close(got[key], tensor, rtol=1e-5, atol=1e-6, msg=key)
