@@ -10,7 +10,9 @@
 # torch; where pip cannot build them (no hatchling there) they are put on PYTHONPATH instead.
 #
 # Runs are ordered so that a time-budget cut drops the least needed rows: the `long` workload
-# (the reference's 1024-8192 table) first, fsdp2 / static+compile / buckets+compile first. The
+# (the reference's 1024-8192 table) first, then `low-supervision` (issue 13's anchor buckets),
+# then `variable`; within each, fsdp2 / static+compile / buckets+compile and their anchor-bucket
+# rows (static / buckets + anchor buckets + compile) before the uncompiled rows. The
 # budget (BENCH_TIME_BUDGET seconds, default 480) counts from the harness's start; a run that
 # would overrun it is stopped and shown as such. On a CPU, `--preset toy` checks this script.
 set -euo pipefail
@@ -70,13 +72,16 @@ export PYTHONUNBUFFERED=1
 
 # 5. With time left under the ten minutes, the in-process probe: how much of a step at these
 #    sizes grows with the padded length (the ceiling of what buckets can save, see
-#    docs/benchmarks.md). Same stand-in target; a cut probe loses nothing above.
+#    docs/benchmarks.md), t(L, A) over the preset's anchor widths, and static against static +
+#    anchor buckets on low-supervision micro-batches. Same stand-in target; a cut probe loses
+#    nothing above.
 LEFT=$((570 - SECONDS))
 if ! "$PY" -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
     echo "== probe skipped: no CUDA device (the gpu preset's probe needs one)"
 elif [ "$LEFT" -ge 60 ]; then
     echo "== probe: train compute against padded length (${LEFT} s left)"
     timeout "$LEFT" "$PY" bench/step_vs_length.py --preset gpu --rounds 5 --work-dir "$WORK" \
+        --anchor-widths 128,256,512 --anchor-batches 6 --anchor-workload low-supervision \
         --out "$OUT/probe" || echo "(the probe did not finish in ${LEFT} s)"
 else
     echo "== probe skipped: ${LEFT} s left"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from shapebench.presets import PRESETS
+from shapebench.presets import PRESETS, with_anchor_buckets
 from shapebench.variants import parse_variants
 from shapebench.workloads import parse_workloads
 
@@ -34,13 +34,13 @@ DEFAULT_VARIANTS = {
     "cpu-context": "all",
     "toy": "all",
     "gpu": "fsdp2,static-compile,buckets-compile,static-anchors-compile,buckets-anchors-compile,"
-    "static,buckets,fsdp1",
+    "static,buckets,static-anchors,buckets-anchors,fsdp1",
 }
 DEFAULT_WORKLOADS = {
     "cpu": "all",
     "cpu-context": "long,variable",
     "toy": "variable",
-    "gpu": "long,variable",
+    "gpu": "long,low-supervision,variable",
 }
 
 
@@ -67,14 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--variants",
         default=None,
-        help="comma list of fsdp1, fsdp2, static, buckets, static-compile, buckets-compile "
+        help="comma list of fsdp1, fsdp2, static, buckets, static-compile, buckets-compile, "
+        "static-anchors, buckets-anchors, static-anchors-compile, buckets-anchors-compile "
         "(default: all; the gpu preset runs them in priority order)",
     )
     parser.add_argument(
         "--workloads",
         default=None,
-        help="comma list of variable, long, sharegpt, online (default: all on cpu, "
-        "long,variable on gpu, variable on toy)",
+        help="comma list of variable, long, sharegpt, online, low-supervision (default: all on "
+        "cpu, long,low-supervision,variable on gpu, variable on toy)",
     )
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run")
     parser.add_argument(
@@ -100,6 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--tokenizer", default=None, help="data.tokenizer for sharegpt (gpu)")
     parser.add_argument(
+        "--anchor-buckets",
+        default=None,
+        metavar="A,B,...",
+        help="anchor widths of the *-anchors rows instead of the preset's (num_anchors is "
+        "appended), e.g. the suggestion of bench/anchor_counts.py",
+    )
+    parser.add_argument(
         "--work-dir", type=Path, default=None, help="run folders (default: build/bench/<preset>)"
     )
     parser.add_argument(
@@ -122,6 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     preset = PRESETS[args.preset]
+    if args.anchor_buckets is not None:
+        # The lint rules check the widths again per run, as for any config.
+        try:
+            preset = with_anchor_buckets(preset, args.anchor_buckets)
+        except ValueError as exc:
+            parser.error(str(exc))
     try:
         variants = parse_variants(args.variants or DEFAULT_VARIANTS[preset.name])
         workloads = parse_workloads(args.workloads or DEFAULT_WORKLOADS[preset.name])

@@ -16,8 +16,15 @@ per_block * A, whose anchor part at (max_length, num_anchors) is what anchor buc
 
     saving(anchor buckets) = anchor share at num_anchors * share of anchor blocks removed
 
+and then checks that on real micro-batches: `--anchor-batches N` micro-batches of the
+`--anchor-workload` (default `low-supervision`), drawn by the trainer's own sampler and padded to
+max_length (static shapes), each timed at num_anchors (static) and at the width the preset's
+anchor buckets give it (static + anchor buckets), round-robin. Reported: computed anchor blocks
+per valid anchor under both, the share of anchor blocks removed, the measured fall of the step
+and the issue's target (fall >= removed share x anchor share - 3 points).
+
 Usage: python bench/step_vs_length.py [--preset cpu|cpu-context|gpu] [--rounds 9] [--out DIR]
-       [--anchor-widths 8,16,32,64]
+       [--anchor-widths 16,32,64 [--anchor-batches 8] [--anchor-workload low-supervision]]
 (on the gpu preset, with the Qwen3-8B-shaped stand-in target, it needs a GPU: run_gpu.sh runs it
 after the tables when time is left).
 """
@@ -64,6 +71,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="comma list of anchor widths: also time every (length, width) cell and fit t(L, A)",
     )
+    parser.add_argument(
+        "--anchor-batches",
+        type=int,
+        default=8,
+        help="with --anchor-widths: workload micro-batches timed at num_anchors and bucketed",
+    )
+    parser.add_argument(
+        "--anchor-workload",
+        default="low-supervision",
+        help="synthetic workload of those micro-batches (variable, long, low-supervision)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--work-dir",
@@ -87,33 +105,23 @@ def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
 
 def fit_plane(points: list[tuple[int, int, float]]) -> tuple[float, float, float]:
     """Least-squares (fixed, per_position, per_block) of t = fixed + a L + b A."""
-    n = float(len(points))
-    sx = sum(float(x) for x, _, _ in points)
-    sy = sum(float(y) for _, y, _ in points)
-    st = sum(t for _, _, t in points)
-    sxx = sum(float(x) * x for x, _, _ in points)
-    syy = sum(float(y) * y for _, y, _ in points)
-    sxy = sum(float(x) * y for x, y, _ in points)
-    sxt = sum(x * t for x, _, t in points)
-    syt = sum(y * t for _, y, t in points)
-    # Normal equations [[n, sx, sy], [sx, sxx, sxy], [sy, sxy, syy]] (c, a, b) = (st, sxt, syt),
-    # solved by Cramer's rule (3 unknowns: no numpy needed).
-    m = [[n, sx, sy], [sx, sxx, sxy], [sy, sxy, syy]]
-    rhs = [st, sxt, syt]
-
-    def det(a: list[list[float]]) -> float:
-        return (
-            a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1])
-            - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
-            + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0])
-        )
-
-    base = det(m)
-    out = []
-    for col in range(3):
-        swapped = [[rhs[r] if c == col else m[r][c] for c in range(3)] for r in range(3)]
-        out.append(det(swapped) / base)
-    return out[0], out[1], out[2]
+    # Centred sums: the raw normal equations mix L^2 ~ 1e7 with times ~ 1e3 and lose the
+    # slopes to rounding; around the means the 2x2 system is well conditioned.
+    mean_x = statistics.fmean(float(x) for x, _, _ in points)
+    mean_y = statistics.fmean(float(y) for _, y, _ in points)
+    mean_t = statistics.fmean(t for _, _, t in points)
+    dx = [float(x) - mean_x for x, _, _ in points]
+    dy = [float(y) - mean_y for _, y, _ in points]
+    dt = [t - mean_t for _, _, t in points]
+    sxx = sum(a * a for a in dx)
+    syy = sum(b * b for b in dy)
+    sxy = sum(a * b for a, b in zip(dx, dy, strict=True))
+    sxt = sum(a * t for a, t in zip(dx, dt, strict=True))
+    syt = sum(b * t for b, t in zip(dy, dt, strict=True))
+    det = sxx * syy - sxy * sxy  # Cramer's rule on [[sxx, sxy], [sxy, syy]] (a, b) = (sxt, syt)
+    per_position = (sxt * syy - sxy * syt) / det
+    per_block = (sxx * syt - sxy * sxt) / det
+    return mean_t - per_position * mean_x - per_block * mean_y, per_position, per_block
 
 
 def build_probe(
@@ -168,7 +176,7 @@ def time_lengths(trainer: Any, batches: dict, rounds: int) -> dict[Any, list[flo
     round-robin over the keys."""
     import torch
 
-    spec = trainer.spec_for_epoch(trainer.spec, 0)
+    spec = trainer.spec.for_epoch(0)
     lengths = list(batches)
 
     device = trainer.ctx.device
@@ -235,6 +243,109 @@ def time_anchor_cells(
     }
 
 
+# The issue's allowance on the probe: the step must fall by removed share x anchor share - 3 pts.
+ANCHOR_PROBE_TOLERANCE = 0.03
+
+
+def workload_anchor_batches(
+    source: Any, preset: Any, workload: str, count: int, vocab: int, seed: int
+) -> list[dict[str, Any]]:
+    """`count` micro-batches of a synthetic workload as training draws them, at max_length.
+
+    The sampler is the trainer's (random order, the preset's micro-batch size), the collator is
+    the static + anchor-buckets policy's, so each batch carries the anchor width training would
+    give it; the valid anchor counts come from the same loss masks.
+    """
+    from shapebench.workloads import synthetic_rows, synthetic_samples
+
+    from specdraft.collate import DataCollatorWithPadding, MicroBatchSampler, anchor_counts
+    from specdraft.config import ShapePolicy
+
+    policy = ShapePolicy.from_parts(
+        static_shapes=True,
+        max_length=preset.max_length,
+        num_anchors=preset.num_anchors,
+        anchor_buckets=preset.anchor_buckets,
+    )
+    rows_per_batch = preset.micro_batch_size
+    samples = synthetic_samples(
+        workload, max_length=preset.max_length, count=count * rows_per_batch, seed=seed
+    )
+    data = synthetic_rows(samples, vocab_bound=vocab, seed=seed)
+    sampler = MicroBatchSampler(
+        [s.length for s in samples],
+        micro_batch_size=rows_per_batch,
+        grad_accum_steps=1,
+        seed=seed,
+    )
+    collate = DataCollatorWithPadding(pad_to=policy)
+    out = []
+    for indices in sampler.epoch_plan(0)[0][:count]:
+        if not indices:
+            continue
+        batch = collate([data[i] for i in indices])
+        valid = [min(preset.num_anchors, c) for c in anchor_counts(batch["loss_mask"])]
+        batch["num_real"] = len(indices)
+        ids = batch["sample_id"].tolist()
+        lengths = [samples[i].length for i in indices]
+        batch.update(source.synthetic(ids, lengths, len(indices), preset.max_length))
+        out.append({"batch": source.builder.to_device(batch), "valid": valid})
+    return out
+
+
+def time_workload_anchors(
+    trainer: Any, items: list[dict[str, Any]], preset: Any, anchor_share: float, rounds: int
+) -> dict[str, Any]:
+    """Static (num_anchors) against static + anchor buckets on the same micro-batches."""
+    from shapebench.checks import removable_share_removed
+
+    from specdraft.collate import ANCHOR_WIDTH
+
+    cells = {}
+    for index, item in enumerate(items):
+        cells[("static", index)] = {**item["batch"], ANCHOR_WIDTH: preset.num_anchors}
+        cells[("anchor buckets", index)] = item["batch"]  # the width its collator chose
+    times = time_lengths(trainer, cells, rounds)
+    medians = {cell: statistics.median(ts) for cell, ts in times.items()}
+    valid = sum(sum(item["valid"]) for item in items)
+    rows = sum(len(item["valid"]) for item in items)
+    computed_static = rows * preset.num_anchors
+    computed_buckets = sum(len(item["valid"]) * int(item["batch"][ANCHOR_WIDTH]) for item in items)
+    # The floor: each micro-batch at its largest per-sample count (what pad-to-longest computes).
+    computed_exact = sum(len(item["valid"]) * max(1, max(item["valid"])) for item in items)
+    removable = removable_share_removed(computed_static, computed_buckets, computed_exact)
+    t_static = sum(medians[("static", i)] for i in range(len(items)))
+    t_buckets = sum(medians[("anchor buckets", i)] for i in range(len(items)))
+    removed = 1.0 - computed_buckets / computed_static
+    fall = 1.0 - t_buckets / t_static
+    expected = removed * anchor_share
+    return {
+        "micro_batches": len(items),
+        "widths": [int(item["batch"][ANCHOR_WIDTH]) for item in items],
+        "valid_blocks": valid,
+        "computed_blocks": {
+            "static": computed_static,
+            "anchor buckets": computed_buckets,
+            "exact width": computed_exact,
+        },
+        "removable_removed": removable,
+        "blocks_per_valid": {
+            "static": computed_static / valid if valid else 0.0,
+            "anchor buckets": computed_buckets / valid if valid else 0.0,
+        },
+        "empty_removed": (
+            (computed_static - computed_buckets) / (computed_static - valid)
+            if computed_static > valid
+            else 0.0
+        ),
+        "mean_ms": {"static": t_static / len(items), "anchor buckets": t_buckets / len(items)},
+        "anchor_blocks_removed": removed,
+        "step_fall": fall,
+        "expected_fall": expected,
+        "met": fall >= expected - ANCHOR_PROBE_TOLERANCE,
+    }
+
+
 def report(preset: Any, results: dict[str, Any], args: argparse.Namespace) -> str:
     """The probe's markdown: per-length medians, the fitted line, the context share."""
     lines = [
@@ -284,7 +395,42 @@ def report(preset: Any, results: dict[str, Any], args: argparse.Namespace) -> st
                 f"**{anchors['anchor_share']:.1%}**.",
                 "",
             ]
+        check = row.get("anchor_check")
+        if check:
+            lines += anchor_check_lines(preset, check, args.anchor_workload)
     return "\n".join(lines) + "\n"
+
+
+def anchor_check_lines(preset: Any, check: dict[str, Any], workload: str) -> list[str]:
+    """The static vs static + anchor buckets comparison on workload micro-batches."""
+    buckets = "/".join(str(w) for w in (*preset.anchor_buckets, preset.num_anchors))
+    per_valid = check["blocks_per_valid"]
+    computed = check["computed_blocks"]
+    mean = check["mean_ms"]
+    shortfall = check["expected_fall"] - ANCHOR_PROBE_TOLERANCE - check["step_fall"]
+    verdict = "met" if check["met"] else f"missed by {100 * shortfall:.1f} pts"
+    share = check.get("removable_removed")
+    removable = "none" if share is None else f"{share:.1%}"
+    return [
+        f"{check['micro_batches']} `{workload}` micro-batches at L = {preset.max_length}, "
+        f"anchor widths chosen {check['widths']} (anchor buckets {buckets}):",
+        "",
+        "| policy | fwd+bwd per micro-batch (mean of medians) | computed anchor blocks | "
+        "computed anchor blocks per valid anchor |",
+        "|---|---|---|---|",
+        f"| static ({preset.num_anchors} anchors) | {mean['static']:.1f} ms | "
+        f"{computed['static']} | {per_valid['static']:.2f} |",
+        f"| static + anchor buckets | {mean['anchor buckets']:.1f} ms | "
+        f"{computed['anchor buckets']} | {per_valid['anchor buckets']:.2f} |",
+        "",
+        f"Anchor buckets remove {check['anchor_blocks_removed']:.1%} of the computed anchor "
+        f"blocks ({check['empty_removed']:.1%} of the empty ones, {removable} of the "
+        f"{computed['static'] - computed['exact width']} removable ones: the exact width computes "
+        f"{computed['exact width']}); the step falls by "
+        f"{check['step_fall']:.1%}, expected {check['expected_fall']:.1%} (removed share x "
+        f"anchor share); target (fall >= expected - 3 pts): **{verdict}**.",
+        "",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,6 +452,12 @@ def main(argv: list[str] | None = None) -> int:
     real_length = args.real_length or lengths[0]
     if real_length > lengths[0]:
         print(f"--real-length {real_length} exceeds the smallest length", file=sys.stderr)
+        return 2
+    from shapebench.workloads import SYNTHETIC_LENGTHS
+
+    if args.anchor_workload not in SYNTHETIC_LENGTHS:
+        names = ", ".join(SYNTHETIC_LENGTHS)
+        print(f"--anchor-workload {args.anchor_workload}: choose from {names}", file=sys.stderr)
         return 2
     torch.manual_seed(args.seed)
     if preset.target == "tiny":
@@ -340,9 +492,23 @@ def main(argv: list[str] | None = None) -> int:
             )
             if args.anchor_widths:
                 widths = sorted({int(x) for x in args.anchor_widths.split(",")})
-                results["algorithms"][algorithm]["anchors"] = time_anchor_cells(
-                    trainer, batches, widths, preset, args.rounds
-                )
+                anchors = time_anchor_cells(trainer, batches, widths, preset, args.rounds)
+                results["algorithms"][algorithm]["anchors"] = anchors
+                if args.anchor_batches > 0:
+                    items = workload_anchor_batches(
+                        source,
+                        preset,
+                        args.anchor_workload,
+                        args.anchor_batches,
+                        target.vocab_size,
+                        args.seed,
+                    )
+                    check = time_workload_anchors(
+                        trainer, items, preset, anchors["anchor_share"], args.rounds
+                    )
+                    results["algorithms"][algorithm]["anchor_check"] = check
+                    print(f"[probe] {algorithm} anchor check: {check}", flush=True)
+                    del items
             trainer.writer.close()
             del trainer, source, batches
     shutdown_distributed()

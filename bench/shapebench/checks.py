@@ -85,3 +85,177 @@ def recompile_findings(rows: Sequence[RunResult]) -> list[str]:
         for r in rows
         if r.ok and r.variant.endswith("-compile") and r.recompiles_after_warmup
     ]
+
+
+# Anchor buckets (issue 13): (anchor-bucket variant, the same stack without them).
+ANCHOR_PAIRS = (
+    ("static-anchors", "static"),
+    ("buckets-anchors", "buckets"),
+    ("static-anchors-compile", "static-compile"),
+    ("buckets-anchors-compile", "buckets-compile"),
+)
+# The share of the empty anchor blocks the anchor buckets must remove.
+EMPTY_BLOCKS_TARGET = 0.90
+# Low supervision: static + anchor buckets within this share of pad-to-longest's step time.
+LOW_SUPERVISION_TOLERANCE = 0.10
+
+
+# Below this many blocks per valid anchor, a gap counts as nothing (rounding of the counts).
+NOTHING_TO_REMOVE = 1e-9
+
+
+def removable_share_removed(static: float, bucketed: float, exact: float) -> float | None:
+    """Share of the removable empty anchor blocks that anchor buckets remove, or None if none.
+
+    All three are computed anchor blocks (or blocks per valid anchor) of the same micro-batches:
+    `static` at num_anchors, `bucketed` at the anchor bucket widths, `exact` at each
+    micro-batch's largest per-sample anchor count (pad-to-longest, the floor no width beats: a
+    micro-batch's width must hold its fullest row). Removable = static - exact.
+    """
+    removable = static - exact
+    if removable <= NOTHING_TO_REMOVE:
+        return None
+    return (static - bucketed) / removable
+
+
+def empty_share_removed(static: float, bucketed: float) -> float | None:
+    """Share of all empty anchor blocks removed (blocks per valid anchor), or None if none."""
+    empty = static - 1.0
+    if empty <= NOTHING_TO_REMOVE:
+        return None
+    return (static - bucketed) / empty
+
+
+@dataclass(frozen=True)
+class AnchorCheck:
+    """Anchor buckets vs the same stack without them, on one workload and algorithm."""
+
+    workload: str
+    algorithm: str
+    anchors: str
+    plain: str
+    plain_blocks_per_valid: float  # computed anchor blocks per valid anchor, without buckets
+    anchors_blocks_per_valid: float
+    step_time_change: float | None  # t_anchors / t_plain - 1 (mean step time); None: not timed
+    # The floor on the plain stack's micro-batches: each at its largest per-sample anchor count.
+    exact_blocks_per_valid: float
+
+    @property
+    def removable_removed(self) -> float | None:
+        """Share of the removable empty blocks (plain - exact) removed; None if none exist."""
+        return removable_share_removed(
+            self.plain_blocks_per_valid, self.anchors_blocks_per_valid, self.exact_blocks_per_valid
+        )
+
+    @property
+    def empty_removed(self) -> float:
+        """Share of all the plain stack's empty anchor blocks removed (0 when there are none)."""
+        return (
+            empty_share_removed(self.plain_blocks_per_valid, self.anchors_blocks_per_valid) or 0.0
+        )
+
+    @property
+    def met(self) -> bool | None:
+        """True when >= EMPTY_BLOCKS_TARGET of the removable blocks are gone; None if none."""
+        share = self.removable_removed
+        return None if share is None else share >= EMPTY_BLOCKS_TARGET
+
+    def describe(self) -> str:
+        """One line for the report."""
+        share = self.removable_removed
+        if share is None:
+            verdict = "nothing to remove"
+        elif share >= EMPTY_BLOCKS_TARGET:
+            verdict = "met"
+        else:
+            verdict = f"missed by {100 * (EMPTY_BLOCKS_TARGET - share):.1f} pts"
+        removable = "none removable" if share is None else f"{100 * share:.1f}% of the removable"
+        step = (
+            ""
+            if self.step_time_change is None
+            else f", step time {100 * self.step_time_change:+.1f}%"
+        )
+        return (
+            f"{self.workload} / {self.algorithm}: {self.anchors} vs {self.plain}: computed anchor "
+            f"blocks per valid anchor {self.plain_blocks_per_valid:.3f} -> "
+            f"{self.anchors_blocks_per_valid:.3f} (exact width "
+            f"{self.exact_blocks_per_valid:.3f}): {removable} empty blocks removed, "
+            f"{100 * self.empty_removed:.1f}% of all empty blocks{step}; target (>= "
+            f"{100 * EMPTY_BLOCKS_TARGET:.0f}% of the removable removed): {verdict}"
+        )
+
+
+def anchor_checks(rows: Sequence[RunResult]) -> list[AnchorCheck]:
+    """Every anchor-buckets-vs-plain pair measured, with the anchor-block tally of both."""
+    index = {(r.workload, r.algorithm, r.variant): r for r in rows if r.ok}
+    checks = []
+    for workload, algorithm in sorted({(r.workload, r.algorithm) for r in rows}):
+        for anchor_key, plain_key in ANCHOR_PAIRS:
+            with_anchors = index.get((workload, algorithm, anchor_key))
+            plain = index.get((workload, algorithm, plain_key))
+            if with_anchors is None or plain is None:
+                continue
+            if not (with_anchors.anchor_blocks_per_valid and plain.anchor_blocks_per_valid):
+                continue
+            change = (
+                with_anchors.compute_ms_mean / plain.compute_ms_mean - 1.0
+                if plain.compute_ms_mean
+                else None
+            )
+            # Both runs see the same micro-batches (the sampler does not depend on the anchor
+            # widths), so the plain run's exact-width tally is the floor of both. A row from
+            # before the tally existed has none: fall back to pad-to-longest's row.
+            exact = plain.exact_anchor_blocks_per_valid or _pad_to_longest_floor(
+                index, workload, algorithm
+            )
+            checks.append(
+                AnchorCheck(
+                    workload,
+                    algorithm,
+                    anchor_key,
+                    plain_key,
+                    plain.anchor_blocks_per_valid,
+                    with_anchors.anchor_blocks_per_valid,
+                    change,
+                    exact or 1.0,
+                )
+            )
+    return checks
+
+
+def _pad_to_longest_floor(index: dict, workload: str, algorithm: str) -> float:
+    for key in ("fsdp2", "fsdp1"):
+        row = index.get((workload, algorithm, key))
+        if row is not None and row.anchor_blocks_per_valid:
+            return row.anchor_blocks_per_valid
+    return 0.0
+
+
+def low_supervision_checks(
+    rows: Sequence[RunResult], *, workload: str = "low-supervision", baseline: str = "fsdp2"
+) -> list[str]:
+    """Static stacks with anchor buckets against pad-to-longest on the low-supervision workload."""
+    index = {(r.workload, r.algorithm, r.variant): r for r in rows if r.ok}
+    lines = []
+    for algorithm in sorted({r.algorithm for r in rows if r.workload == workload}):
+        base = index.get((workload, algorithm, baseline))
+        if base is None or not base.compute_ms_mean:
+            continue
+        for key in ("static", "static-anchors", "static-anchors-compile", "buckets-anchors"):
+            row = index.get((workload, algorithm, key))
+            if row is None:
+                continue
+            change = row.compute_ms_mean / base.compute_ms_mean - 1.0
+            target = "target (within 10% of pad-to-longest or faster)"
+            if key == "static":
+                verdict = "(the stack without anchor buckets, for comparison)"
+            elif change <= LOW_SUPERVISION_TOLERANCE:
+                verdict = f"{target}: met"
+            else:
+                over = 100 * (change - LOW_SUPERVISION_TOLERANCE)
+                verdict = f"{target}: missed by {over:.1f} pts"
+            lines.append(
+                f"{workload} / {algorithm}: {key} vs {baseline} (pad to longest): mean step time "
+                f"{100 * change:+.1f}%; {verdict}"
+            )
+    return lines

@@ -157,6 +157,7 @@ def rank_main(run_dir: str) -> dict[str, Any]:
                 source.tally.real_tokens,
                 source.tally.computed_anchor_blocks,
                 source.tally.valid_anchor_blocks,
+                source.tally.exact_anchor_blocks,
             ],
             dtype=torch.float64,
         )
@@ -172,6 +173,7 @@ def rank_main(run_dir: str) -> dict[str, Any]:
                 "real_tokens": int(tally[1]),
                 "computed_anchor_blocks": int(tally[2]),
                 "valid_anchor_blocks": int(tally[3]),
+                "exact_anchor_blocks": int(tally[4]),
                 "warmup_s": timings.get("warmup_s", 0.0),
                 "fit_s": fit_s,
                 "device": str(ctx.device),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,7 +36,11 @@ PRESETS: dict[str, Preset] = {
         max_length=1024,
         buckets=(256, 512, 768),
         num_anchors=64,
-        anchor_buckets=(16, 32),
+        # The exact DP of `python bench/anchor_counts.py --suggest 4` on `low-supervision` (1024
+        # samples, seed 0): the workload where anchor widths matter (on the others every policy
+        # computes ~1.0 block per valid anchor). 16 / 32 sat below most micro-batches' fullest
+        # row (docs/benchmarks.md, issue 13 item 6).
+        anchor_buckets=(35, 45, 53),
         block_size=16,
         num_draft_layers=2,
         micro_batch_size=2,
@@ -71,7 +76,8 @@ PRESETS: dict[str, Preset] = {
         max_length=8192,
         buckets=(1024, 2048, 4096),
         num_anchors=512,
-        anchor_buckets=(128, 256),
+        # As for `cpu`: `anchor_counts.py --preset gpu --workloads low-supervision --suggest 4`.
+        anchor_buckets=(286, 369, 435),
         block_size=16,
         num_draft_layers=5,
         micro_batch_size=2,
@@ -152,3 +158,21 @@ def base_config(
         },
         "tracking": {"progress_bar": False},
     }
+
+
+def with_anchor_buckets(preset: Preset, text: str) -> Preset:
+    """The preset with the anchor widths of a `--anchor-buckets A,B,...` option.
+
+    Raises ValueError naming the option when the widths are not strictly increasing counts in
+    1..num_anchors; num_anchors itself is dropped (the config always appends it)."""
+    try:
+        widths = tuple(int(w) for w in text.split(",") if w.strip())
+    except ValueError:
+        raise ValueError(f"--anchor-buckets {text!r}: expected integers, e.g. 35,45") from None
+    if any(not 0 < w <= preset.num_anchors for w in widths) or list(widths) != sorted(set(widths)):
+        raise ValueError(
+            f"--anchor-buckets {text}: strictly increasing counts in "
+            f"1..num_anchors ({preset.num_anchors}) expected"
+        )
+    kept = tuple(w for w in widths if w != preset.num_anchors)
+    return dataclasses.replace(preset, anchor_buckets=kept)

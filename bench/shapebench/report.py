@@ -7,7 +7,7 @@ import os
 import platform
 from collections.abc import Sequence
 
-from .checks import bucket_checks, recompile_findings
+from .checks import anchor_checks, bucket_checks, low_supervision_checks, recompile_findings
 from .results import RunResult
 from .runner import BenchSettings
 from .tables import offline_table, online_table
@@ -82,6 +82,8 @@ def render_report(
     lines += [f"- {check.describe()}" for check in checks] or [
         "- buckets vs static: not measured (needs both rows on variable or long)"
     ]
+    lines += [f"- {check.describe()}" for check in anchor_checks(results)]
+    lines += [f"- {line}" for line in low_supervision_checks(results, baseline=baseline)]
     compiled = [r for r in results if r.ok and r.variant.endswith("-compile")]
     findings = recompile_findings(results)
     if findings:

@@ -41,6 +41,9 @@ class RunResult:
     positions_estimated: bool = False  # planned from corpus lengths, not counted in the run
     # Computed anchor blocks per valid anchor (1.0 = no empty anchor block; 0 = not counted).
     anchor_blocks_per_valid: float = 0.0
+    # The same micro-batches at each one's largest per-sample anchor count (the floor no anchor
+    # width goes below; pad-to-longest computes it). 0 = not counted.
+    exact_anchor_blocks_per_valid: float = 0.0
     warmup_s: float = 0.0
     compile_graphs: int = 0
     recompiles_after_warmup: int = 0
@@ -109,6 +112,9 @@ def steady_result(result: RunResult, run_dir: Path, *, steady: int, online: bool
     if bench.get("valid_anchor_blocks"):
         result.anchor_blocks_per_valid = (
             bench["computed_anchor_blocks"] / bench["valid_anchor_blocks"]
+        )
+        result.exact_anchor_blocks_per_valid = (
+            bench.get("exact_anchor_blocks", 0) / bench["valid_anchor_blocks"]
         )
     result.warmup_s = float(bench.get("warmup_s", 0.0))
     result.compile_graphs = int(summary.get("compile_graphs", 0))

@@ -28,6 +28,9 @@ class PaddingTally:
     real_tokens: int = 0
     computed_anchor_blocks: int = 0  # rows x anchor width
     valid_anchor_blocks: int = 0  # sum of min(num_anchors, valid anchors) over real samples
+    # rows x the largest min(num_anchors, valid anchors) of the batch (at least 1): what an exact
+    # width (pad-to-longest) computes, the floor of every anchor-width policy on these batches.
+    exact_anchor_blocks: int = 0
 
 
 class SyntheticFeatures:
@@ -107,9 +110,9 @@ class BenchBatchSource(LocalBatchSource):
         self.tally.real_tokens += sum(lengths)
         num_anchors = self.builder.shapes.num_anchors or 0
         self.tally.computed_anchor_blocks += int(rows) * int(batch.get(ANCHOR_WIDTH, num_anchors))
-        self.tally.valid_anchor_blocks += sum(
-            min(num_anchors, self.anchor_count(int(i))) for i in indices
-        )
+        per_sample = [min(num_anchors, self.anchor_count(int(i))) for i in indices]
+        self.tally.valid_anchor_blocks += sum(per_sample)
+        self.tally.exact_anchor_blocks += int(rows) * max(1, max(per_sample, default=0))
         if "hidden_states" not in batch:
             if self.synthetic is None:
                 raise RuntimeError("a batch without features and no synthetic feature source")

@@ -7,9 +7,11 @@ small max_length, which would make every pad policy look the same).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,8 +20,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
-# Several processes, each importing torch and transformers, on two shared cores.
-PROBE_TIMEOUT_S = 420
+# Several processes, each importing torch and transformers, on two shared cores; a cold grid
+# compile is minutes of that, and several times more on a machine other runs share. Below
+# pytest's 600 s per test, so a hang fails with the probe's output.
+PROBE_TIMEOUT_S = 540
 
 
 def write_conversations(path: Path, count: int = 32, seed: int = 0) -> Path:
@@ -43,10 +47,17 @@ def write_conversations(path: Path, count: int = 32, seed: int = 0) -> Path:
 
 
 def write_config(
-    folder: Path, data: Path, *, max_length: int = 256, eval_samples: int = 0, **training: Any
+    folder: Path,
+    data: Path,
+    *,
+    max_length: int = 256,
+    eval_samples: int = 0,
+    num_draft_layers: int = 2,
+    **training: Any,
 ) -> Path:
-    """A tiny DFlash2 config on the tiny target: 2 draft layers, buckets (128, max_length),
-    4 steps; `eval_samples` held-out prompts from the same file turn evaluation on."""
+    """A tiny DFlash2 config on the tiny target: `num_draft_layers` draft layers, buckets
+    (128, max_length), 4 steps; `eval_samples` held-out prompts from the same file turn
+    evaluation on."""
     from specdraft.trainer.assets import build_tiny_target, tiny_assets_info
 
     settings: dict[str, Any] = {
@@ -71,7 +82,7 @@ output_dir = "{folder / "run"}"
 target = "{build_tiny_target()}"
 algorithm = "dflash2"
 block_size = 8
-num_draft_layers = 2
+num_draft_layers = {num_draft_layers}
 target_layer_ids = [0, 2]
 mask_token_id = {tiny_assets_info().mask_token_id}
 dtype = "float32"
@@ -106,14 +117,46 @@ def run_probe(
     code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import _fit_probe; _fit_probe.main()"
     argv = [sys.executable, "-c", code, str(nproc), str(config), json.dumps(override_sets)]
     argv.append(json.dumps(tweaks or {}))
-    done = subprocess.run(
+    # Its own session, so a timeout kills the ranks too (killing only the probe left them
+    # running, spinning on two cores for the rest of the test session).
+    probe = subprocess.Popen(
         argv,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=PROBE_TIMEOUT_S,
         cwd=ROOT,
         env=dict(os.environ),
+        start_new_session=True,
     )
-    if done.returncode != 0:
-        raise AssertionError(f"fit probe failed ({done.returncode}):\n{done.stderr[-6000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        stdout, stderr = probe.communicate(timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        kill_pythons(session=probe.pid)
+        stdout, stderr = probe.communicate()
+        raise AssertionError(
+            f"fit probe timed out after {PROBE_TIMEOUT_S} s:\n{stderr[-6000:]}"
+        ) from None
+    if probe.returncode != 0:
+        raise AssertionError(f"fit probe failed ({probe.returncode}):\n{stderr[-6000:]}")
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def kill_pythons(session: int) -> None:
+    """SIGKILL the Python processes of a session (the probe, the agent's ranks), not its compilers.
+
+    A C++ build killed while it links leaves a truncated .so in the Inductor cache, which every
+    later compile of that kernel loads and fails on ("file too short"); a compiler left alone
+    finishes in seconds and exits.
+    """
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            exe = os.readlink(entry / "exe")
+        except OSError:
+            continue
+        # After the parenthesised command name: state, ppid, pgrp, session, ...
+        if int(fields[3]) == session and Path(exe).name.startswith("python"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)

@@ -179,8 +179,8 @@ def service_logs(run_dir: Path, lines: int = 30) -> str:
 
 def ledger_state(run_dir: Path) -> Any:
     """The producer's state, replayed from the run folder's ledger alone."""
-    from specdraft.trainer.disagg.ledger import read_ledger, replay
-    from specdraft.trainer.disagg.producer import ledger_path
+    from specdraft.trainer.disagg.producer.ledger import read_ledger, replay
+    from specdraft.trainer.disagg.producer.producer import ledger_path
 
     return replay(read_ledger(ledger_path(run_dir)))
 
@@ -188,8 +188,8 @@ def ledger_state(run_dir: Path) -> Any:
 def planned_samples(run_dir: Path, data: Path, steps: int = STEPS) -> Counter[int]:
     """Each sample id of the run's first `steps` windows, as the producer plans them."""
     from specdraft.config import load_config
-    from specdraft.trainer.disagg.producer_main import load_prompts, plan_prompts
-    from specdraft.trainer.disagg.prompts import screen_prompts
+    from specdraft.trainer.disagg.producer.main import load_prompts, plan_prompts
+    from specdraft.trainer.disagg.producer.prompts import screen_prompts
 
     cfg = load_config(EXAMPLE, run_settings(run_dir, data))
     good, _bad = screen_prompts(load_prompts(cfg, None), max_length=cfg.data.max_length)
@@ -199,11 +199,7 @@ def planned_samples(run_dir: Path, data: Path, steps: int = STEPS) -> Counter[in
 
 def namespace_problem() -> str | None:
     """Why Mooncake cannot run in a private network namespace here, or None if it can."""
-    # The probe of the Mooncake store tests, shared rather than copied; it lives among the
-    # trainer tests, whose helper modules it imports.
-    trainer_tests = str(ROOT / "tests" / "trainer")
-    if trainer_tests not in sys.path:
-        sys.path.append(trainer_tests)
-    from test_disagg_mooncake import _unshare_problem
+    # The probe of the Mooncake store tests, shared rather than copied (tests/support).
+    from disagg_support import unshare_problem
 
-    return _unshare_problem()
+    return unshare_problem()

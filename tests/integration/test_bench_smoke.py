@@ -26,7 +26,7 @@ from shapebench.tables import OFFLINE_COLUMNS, offline_table, parse_table  # noq
 from shapebench.variants import BY_KEY, VARIANTS, parse_variants  # noqa: E402
 from shapebench.workloads import (  # noqa: E402
     MIN_SUPERVISED,
-    PREFIX_SHARE,
+    PREFIX_SHARES,
     SYNTHETIC_LENGTHS,
     parse_workloads,
     synthetic_samples,
@@ -48,10 +48,12 @@ def test_synthetic_samples_stay_in_their_ranges(workload, max_length, count, see
     assert len(samples) == count
     for sample in samples:
         assert low_share * max_length <= sample.length <= high_share * max_length
-        # A prefix of 20-80% (rounded), but always an anchor and a supervised token after it.
+        # The workload's prefix share (rounded), but always an anchor and a supervised token
+        # after it.
+        low_prefix, high_prefix = PREFIX_SHARES[workload]
         assert sample.length - sample.prefix >= MIN_SUPERVISED
-        assert sample.prefix <= PREFIX_SHARE[1] * sample.length + 0.5
-        floor = min(PREFIX_SHARE[0] * sample.length - 0.5, sample.length - MIN_SUPERVISED)
+        assert sample.prefix <= high_prefix * sample.length + 0.5
+        floor = min(low_prefix * sample.length - 0.5, sample.length - MIN_SUPERVISED)
         assert sample.prefix >= floor
 
 
@@ -62,6 +64,27 @@ def test_synthetic_samples_are_the_same_for_every_variant(seed):
     first = synthetic_samples("long", max_length=1024, count=32, seed=seed)
     again = synthetic_samples("long", max_length=1024, count=32, seed=seed)
     assert first == again
+
+
+def test_low_supervision_has_one_valid_anchor_per_16_positions():
+    # The anchor workload: on average 1 valid anchor per 16 positions, so at the presets'
+    # density (num_anchors = max_length / 16) many micro-batches have fewer valid anchors than
+    # num_anchors, which the note's 20-80% prefix (`variable`) almost never gives.
+    from shapebench.presets import PRESETS
+
+    preset = PRESETS["cpu"]
+    assert preset.max_length == 16 * preset.num_anchors
+
+    def valid(sample):  # anchors a with a and a + 1 supervised
+        return sample.length - sample.prefix - 1
+
+    low = synthetic_samples("low-supervision", max_length=1024, count=2000, seed=1)
+    share = sum(s.length - s.prefix for s in low) / sum(s.length for s in low)
+    assert 1 / 16 - 0.005 < share < 1 / 16 + 0.005
+    short = sum(valid(s) < preset.num_anchors for s in low) / len(low)
+    note = synthetic_samples("variable", max_length=1024, count=2000, seed=1)
+    assert short > 0.5
+    assert sum(valid(s) < preset.num_anchors for s in note) / len(note) < 0.05
 
 
 def test_long_lengths_cover_most_of_their_range():

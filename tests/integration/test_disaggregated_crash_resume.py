@@ -10,7 +10,11 @@ the fix, the resumed trainers waited for a window that could never be captured a
 `WindowTimeout`.
 
 The run: 10 steps over two epochs of 5 windows, checkpoints every 3 steps, a watermark of two
-windows (16 samples), the harness's window timeouts (a hang fails after 240 s).
+windows (16 samples), the harness's window timeouts (a hang fails after 240 s). One run meets
+both crashes, as a long run could: a trainer rank killed two windows past the checkpoint after
+step 3; once resumed, the capture server killed past the checkpoint after step 6 (the second
+crash is of a resumed run, in the second epoch); the last resume finishes it. Each launch starts
+every service again, so one run for both crashes saves two launches over a run per crash.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,6 +37,7 @@ from _disaggregated_runs import (
     SAMPLES_PER_STEP,
     SPECDRAFT,
     WORLD_SIZE,
+    Run,
     ledger_state,
     run_settings,
     service_logs,
@@ -41,7 +47,9 @@ from _disaggregated_runs import (
 )
 from safetensors.torch import load_file
 
-pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+# The first test sets up the shared run (three launches, two crashes): more than the default 600 s
+# on a loaded machine.
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 STEPS = 10
 SAVE_INTERVAL = 3
@@ -54,43 +62,58 @@ LONG = (
 )
 
 
-def test_a_rank_killed_past_its_checkpoint_twice_resumes_and_trains_each_sample_once(
-    tmp_path, tmp_path_factory
-):
+@dataclass(frozen=True)
+class CrashedRun:
+    """The run after both crashes and the final resume; each crash as `crash` returned it."""
+
+    run_dir: Path
+    data: Path
+    rank_crash: tuple[int, int, int]
+    capture_crash: tuple[int, int, int]
+    final: Run
+
+
+@pytest.fixture(scope="module")
+def crashed_run(tmp_path_factory) -> CrashedRun:
+    """A trainer rank killed, resume; the capture server killed, resume to the end."""
     data = session_data(tmp_path_factory)
-    run_dir = tmp_path / "run"
-    # Killed two windows past the checkpoint after step 3, then past the one after step 6.
-    first = crash(run_dir, data, trained=5, victim=trainer_rank)
-    second = crash(run_dir, data, trained=8, victim=trainer_rank, resume="latest")
-    # A killed rank stops every step at once: the windows captured ahead still fill the watermark.
-    assert (first, second) == ((3, 5, HIGH_WATERMARK), (6, 8, HIGH_WATERMARK))
+    run_dir = tmp_path_factory.mktemp("crashed") / "run"
+    rank_crash = crash(run_dir, data, trained=5, victim=trainer_rank)
+    capture_crash = crash(run_dir, data, trained=7, victim=capture_process, resume="latest")
     final = train(run_dir, data, LONG, resume="latest")
-    assert final.summary["final_step"] == STEPS
-    assert resumes(run_dir) == [(0, []), (3, [3, 4]), (6, [6, 7])]
-    assert_trained_once_like_an_uninterrupted_run(run_dir, data, tmp_path_factory)
+    return CrashedRun(run_dir, data, rank_crash, capture_crash, final)
 
 
-def test_a_killed_capture_server_stops_the_run_and_the_resume_finishes_it(
-    tmp_path, tmp_path_factory
-):
-    data = session_data(tmp_path_factory)
-    run_dir = tmp_path / "run"
-    checkpoint, trained, held_after = crash(run_dir, data, trained=4, victim=capture_process)
+def test_a_rank_killed_past_its_checkpoint_leaves_the_watermark_full(crashed_run):
+    # Killed two windows past the checkpoint after step 3. A killed rank stops every step at
+    # once: the windows captured ahead still fill the watermark, so the resume must evict.
+    assert crashed_run.rank_crash == (3, 5, HIGH_WATERMARK)
+
+
+def test_a_killed_capture_server_stops_the_resumed_run_past_its_checkpoint(crashed_run):
+    checkpoint, trained, held_after = crashed_run.capture_crash
     # The ranks may finish the step they were on before the launcher stops them (the next
     # checkpoint is two steps away): one or two windows to roll back. The watermark was full at
     # the kill; a step trained after it frees its window's room, which the producer may already
     # have begun to lease to the next window before its captures failed.
-    assert checkpoint == 3 and trained in (4, 5)
-    if trained == 4:
+    assert checkpoint == 6 and trained in (7, 8)
+    if trained == 7:
         assert held_after == HIGH_WATERMARK
     else:
         assert SAMPLES_PER_STEP <= held_after <= HIGH_WATERMARK
     # Either way the rolled-back windows need more room than is free: the resume must evict.
     assert (trained - checkpoint) * SAMPLES_PER_STEP > HIGH_WATERMARK - held_after
-    final = train(run_dir, data, LONG, resume="latest")
-    assert final.summary["final_step"] == STEPS
-    assert resumes(run_dir) == [(0, []), (3, list(range(3, trained)))]
-    assert_trained_once_like_an_uninterrupted_run(run_dir, data, tmp_path_factory)
+
+
+def test_each_resume_rolls_back_and_the_run_trains_each_sample_once(crashed_run, tmp_path_factory):
+    assert crashed_run.final.summary["final_step"] == STEPS
+    trained = crashed_run.capture_crash[1]
+    # Each launch's resume: a fresh start, back to step 3 (rolling back the two windows trained
+    # past it), back to step 6 (rolling back what the ranks trained before they stopped).
+    assert resumes(crashed_run.run_dir) == [(0, []), (3, [3, 4]), (6, list(range(6, trained)))]
+    assert_trained_once_like_an_uninterrupted_run(
+        crashed_run.run_dir, crashed_run.data, tmp_path_factory
+    )
 
 
 # ----------------------------------------------------------------------------- the crash
@@ -191,8 +214,10 @@ def trainer_rank(root: int) -> int | None:
 
 
 def capture_process(root: int) -> int | None:
-    """A victim picker: the embedded capture server (`specdraft serve-capture`)."""
-    return next((pid for pid in descendants(root) if b"serve-capture" in cmdline(pid)), None)
+    """A victim picker: the embedded capture server (the managed run's `python -m
+    specdraft.trainer.disagg.capture`)."""
+    module = b"specdraft.trainer.disagg.capture"
+    return next((pid for pid in descendants(root) if module in cmdline(pid)), None)
 
 
 def cmdline(pid: int) -> bytes:
@@ -214,8 +239,8 @@ def latest_checkpoint(run_dir: Path) -> int:
 
 def resumes(run_dir: Path) -> list[tuple[int, list[int]]]:
     """Every trainer launch's resume: (restored step, steps rolled back)."""
-    from specdraft.trainer.disagg.ledger import read_ledger
-    from specdraft.trainer.disagg.producer import ledger_path
+    from specdraft.trainer.disagg.producer.ledger import read_ledger
+    from specdraft.trainer.disagg.producer.producer import ledger_path
 
     records = read_ledger(ledger_path(run_dir))
     return [(r["step"], r["rolled"]) for r in records if r["ev"] == "resume"]
@@ -224,8 +249,8 @@ def resumes(run_dir: Path) -> list[tuple[int, list[int]]]:
 def planned_per_epoch(run_dir: Path, data: Path) -> dict[int, Counter[int]]:
     """Each epoch's sample ids as the producer plans this run's windows."""
     from specdraft.config import load_config
-    from specdraft.trainer.disagg.producer_main import load_prompts, plan_prompts
-    from specdraft.trainer.disagg.prompts import screen_prompts
+    from specdraft.trainer.disagg.producer.main import load_prompts, plan_prompts
+    from specdraft.trainer.disagg.producer.prompts import screen_prompts
 
     cfg = load_config(EXAMPLE, (*run_settings(run_dir, data), *LONG))
     good, _bad = screen_prompts(load_prompts(cfg, None), max_length=cfg.data.max_length)
@@ -242,7 +267,7 @@ def assert_trained_once_like_an_uninterrupted_run(
 ) -> None:
     """The ledger audit (each sample once per epoch), an empty store, and the final weights and
     losses of the same run made without a crash."""
-    from specdraft.trainer.disagg.ledger import trained_sample_counts
+    from specdraft.trainer.disagg.producer.ledger import trained_sample_counts
     from specdraft.trainer.disagg.store import local_store_root
 
     counts = trained_sample_counts(ledger_state(run_dir))

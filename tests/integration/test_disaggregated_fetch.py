@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdraft.trainer.disagg.fetch import SampleMissing, fetch_micro_batches
-from specdraft.trainer.disagg.local_store import LocalFeatureStore
-from specdraft.trainer.disagg.protocol import CaptureRequest, capture_spec, tensors_to_store
+from specdraft.trainer.disagg.consumer.fetch import SampleMissing, fetch_micro_batches
+from specdraft.trainer.disagg.store import tensors_to_store
+from specdraft.trainer.disagg.store.local import LocalFeatureStore
+from specdraft.trainer.disagg.wire import CaptureRequest, capture_spec
 
 
 class BatchedStore(LocalFeatureStore):

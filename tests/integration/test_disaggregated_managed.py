@@ -43,8 +43,8 @@ def offline(tmp_path_factory):
 
 
 def test_the_managed_run_trains_every_step_and_stops_its_services(online):
-    from specdraft.trainer.disagg.controller import read_controller_address
-    from specdraft.trainer.disagg.http_json import HttpFailure, call_json
+    from specdraft.trainer.disagg.wire.windows import read_controller_address
+    from specdraft.trainer.runtime.http_json import HttpFailure, call_json
 
     assert online.summary["final_step"] == STEPS
     assert sorted(online.by_step()) == list(range(1, STEPS + 1))
@@ -90,7 +90,7 @@ def test_both_batch_sources_pad_to_the_same_buckets(online, offline):
 def test_every_planned_sample_trains_exactly_once(online, tmp_path_factory):
     """Ledger audit: the acknowledged windows hold each planned sample once and nothing else,
     and every object was removed from the store once its window was trained."""
-    from specdraft.trainer.disagg.ledger import trained_sample_counts
+    from specdraft.trainer.disagg.producer.ledger import trained_sample_counts
 
     state = ledger_state(online.run_dir)
     assert all(state.is_trained(step) for step in range(STEPS))

@@ -8,9 +8,6 @@ the losses must match it as closely as the embedded store's run does.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 from _disaggregated_runs import (
     COUNTERS,
@@ -22,10 +19,7 @@ from _disaggregated_runs import (
     shared_run,
     train,
 )
-
-# The system checks the Mooncake store tests share (they live among the trainer tests).
-sys.path.append(str(Path(__file__).resolve().parents[1] / "trainer"))
-from _system_support import require_mooncake, require_namespace_tools
+from system_support import require_mooncake, require_namespace_tools
 
 pytestmark = [pytest.mark.distributed, pytest.mark.mooncake, pytest.mark.slow]
 
@@ -33,7 +27,7 @@ LOSS_RTOL = 1e-4
 
 
 def test_a_managed_run_on_mooncake_matches_the_offline_path(tmp_path, tmp_path_factory):
-    from specdraft.trainer.disagg.ledger import trained_sample_counts
+    from specdraft.trainer.disagg.producer.ledger import trained_sample_counts
 
     # A missing package fails with the command that installs it (make setup installs them).
     require_mooncake()

@@ -44,12 +44,14 @@ def one_process(setup):
 
 @pytest.fixture(scope="module")
 def two_ranks(setup):
-    """World 2, accumulation 2, buckets: FSDP1, FSDP2, and FSDP1 in bf16 (one group, 3 fits)."""
+    """World 2, accumulation 2, buckets: FSDP1, FSDP2, FSDP1 in bf16 and FSDP1 without clipping
+    (one group, 4 fits)."""
     folder, config = setup
     sets = {
         "fsdp1": ["training.backend=fsdp1"],
         "fsdp2": ["training.backend=fsdp2"],
         "fsdp1-bf16": ["training.backend=fsdp1", 'training.mixed_precision="bf16"'],
+        "fsdp1-noclip": ["training.backend=fsdp1", "training.max_grad_norm=0.0"],
     }
     runs = [
         [*extra, "training.grad_accum_steps=2", f"output_dir={folder / name}"]
@@ -80,6 +82,14 @@ def test_gradients_are_reduced_once_per_optimizer_step(two_ranks, backend):
     # (FSDP2) on the first one, every unit would reduce-scatter twice per step.
     run = two_ranks[backend]
     assert run["reduce_scatters"] == run["steps"] * (NUM_DRAFT_LAYERS + 1)
+
+
+def test_the_logged_gradient_norm_is_global_with_clipping_off(one_process, two_ranks):
+    # max_grad_norm = 0 clips nothing, but the logged norm must still be the norm of the whole
+    # gradient, not of this rank's shard: step 1 (before any update) equals one process's.
+    run, reference = two_ranks["fsdp1-noclip"], one_process["buckets"]
+    assert math.isclose(run["grad_norm"][0], reference["grad_norm"][0], rel_tol=GRAD_NORM_RTOL)
+    assert_close_curves(run["loss_weight"], reference["loss_weight"], 1e-6, "loss weight")
 
 
 def test_pad_policies_give_the_same_loss(one_process):

@@ -1,4 +1,5 @@
-"""Shared by the commands: the --set option, and loading a config or exiting with its errors."""
+"""Shared by the commands: the CONFIG argument, the --set and --format options, and loading a
+config or exiting with its errors."""
 
 from __future__ import annotations
 
@@ -10,6 +11,25 @@ import click
 
 # Exit status of a config that cannot be used (same as `lint` for I/O and syntax errors).
 CONFIG_ERROR_EXIT = 2
+
+
+def config_argument(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The `CONFIG` argument (a TOML config file), passed as `config_path`."""
+    return click.argument(
+        "config_path", metavar="CONFIG", type=click.Path(dir_okay=False, path_type=str)
+    )(func)
+
+
+def format_option(*choices: str, help: str = "Output format.") -> Callable[..., Any]:
+    """The `--format` option over `choices` (the first is the default), passed as `fmt`."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(list(choices)),
+        default=choices[0],
+        show_default=True,
+        help=help,
+    )
 
 
 def overrides_option(func: Callable[..., Any]) -> Callable[..., Any]:

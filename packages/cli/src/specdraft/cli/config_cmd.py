@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from .common import format_option, overrides_option
+
 
 @click.group("config")
 def config() -> None:
@@ -20,22 +22,8 @@ def schema() -> None:
 
 @config.command("show")
 @click.argument("file", type=click.Path(path_type=str))
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a key (TOML value, e.g. --set training.static_shape_buckets=[1024,2048]); "
-    "repeatable. Overrides are validated like the file.",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["toml", "json"]),
-    default="toml",
-    show_default=True,
-    help="Output format.",
-)
+@overrides_option
+@format_option("toml", "json")
 @click.pass_context
 def show(ctx: click.Context, file: str, overrides: tuple[str, ...], fmt: str) -> None:
     """Print FILE resolved: overrides applied and every default filled in.

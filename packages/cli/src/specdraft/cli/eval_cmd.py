@@ -6,11 +6,11 @@ import json
 
 import click
 
-from .common import load_or_exit, overrides_option
+from .common import config_argument, format_option, load_or_exit, overrides_option
 
 
 @click.command("eval")
-@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False, path_type=str))
+@config_argument
 @click.option(
     "--checkpoint",
     required=True,
@@ -18,14 +18,7 @@ from .common import load_or_exit, overrides_option
     help="A checkpoint folder (checkpoints/step-*), or 'init' for a fresh draft.",
 )
 @overrides_option
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Output format.",
-)
+@format_option("text", "json")
 def eval_(config_path: str, checkpoint: str, overrides: tuple[str, ...], fmt: str) -> None:
     """Measure tau: mean tokens per verification step (bonus token included) against the
     target's greedy decoding of data.eval_paths, and the acceptance rate per block position."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -77,7 +78,9 @@ def _corpus_source(config: Any) -> Any:
     "plot_path",
     type=click.Path(dir_okay=False),
     metavar="FILE.png",
-    help="Also draw the length histogram with the bucket edges into a PNG.",
+    help="Also draw the length histogram with the bucket edges into a PNG, and, for a static "
+    "run read from the corpus, the length x anchor-width grid (micro-batches and anchor "
+    "occupancy per cell) into FILE-grid.png.",
 )
 @click.option(
     "--lengths",
@@ -182,3 +185,19 @@ def explain_buckets(
         except (OSError, RuntimeError) as err:
             _fail(f"explain-buckets: cannot write the plot {plot_path}: {err}")
         click.echo(f"plot written to {plot_path}", err=True)
+        anchors = report.get("anchors")
+        if anchors and anchors.get("cells"):
+            from specdraft.collate.anchor_accounting import save_grid_plot
+
+            grid_path = grid_plot_path(plot_path)
+            try:
+                save_grid_plot(report, grid_path)
+            except (OSError, RuntimeError) as err:
+                _fail(f"explain-buckets: cannot write the grid plot {grid_path}: {err}")
+            click.echo(f"shape grid plot written to {grid_path}", err=True)
+
+
+def grid_plot_path(plot_path: str) -> Path:
+    """Where --plot FILE.png puts the shape grid: FILE-grid.png next to the histogram."""
+    path = Path(plot_path)
+    return path.with_name(f"{path.stem}-grid{path.suffix or '.png'}")

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import click
 
+from .common import format_option
+
 
 @click.command("lint")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
+@format_option(
+    "text",
+    "json",
     help="text: one 'path:line:col: CODE message' line per finding; json: a list of objects.",
 )
 @click.option("--strict", is_flag=True, help="Treat warnings as errors (exit 1).")

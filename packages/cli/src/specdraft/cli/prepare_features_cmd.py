@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from .common import load_or_exit, overrides_option
+from .common import config_argument, load_or_exit, overrides_option
 
 
 @click.command("prepare-features")
-@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False, path_type=str))
+@config_argument
 @click.option(
     "--out",
     default=None,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from .common import load_or_exit, overrides_option
+from .common import config_argument, load_or_exit, overrides_option
 
 
 @click.command("regenerate")
-@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False, path_type=str))
+@config_argument
 @click.option(
     "--out",
     required=True,
@@ -110,8 +110,7 @@ def regenerate(
     as bad_answer. Ctrl-C stops at once; rows already written stay.
     """
     config = load_or_exit(config_path, overrides)
-    from specdraft.trainer.regenerate import RegenerateError
-    from specdraft.trainer.regenerate_run import regenerate_from_config
+    from specdraft.trainer.regenerate import RegenerateError, regenerate_from_config
 
     try:
         result = regenerate_from_config(

@@ -9,11 +9,11 @@ from typing import Any, NoReturn
 
 import click
 
-from .common import CONFIG_ERROR_EXIT, load_or_exit, overrides_option
+from .common import CONFIG_ERROR_EXIT, config_argument, load_or_exit, overrides_option
 
 
 @click.command("train")
-@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False, path_type=str))
+@config_argument
 @overrides_option
 @click.option(
     "--resume",
@@ -131,14 +131,18 @@ def train(
     launch_environment_defaults()
     try:
         if config.deployment.mode == "disaggregated" and config.deployment.disaggregated.managed:
-            from specdraft.trainer.disagg.managed import run_managed
+            from specdraft.trainer.disagg.managed.run import run_managed
 
             summary = run_managed(
                 config_path, list(overrides), resume, plan, not no_progress, allowed
             )
         else:
+            entry = rank_main
+            if config.deployment.mode == "disaggregated":
+                # The ranks of a disaggregated run read windows from the producer instead.
+                from specdraft.trainer.disagg.consumer import rank_main as entry
             args = (config_path, list(overrides), resume, not no_progress, allowed)
-            summary = launch(plan, rank_main, *args)
+            summary = launch(plan, entry, *args)
     except RankFailed as exc:
         raise click.ClickException(str(exc)) from None
     if summary:

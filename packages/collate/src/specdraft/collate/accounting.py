@@ -59,6 +59,13 @@ def plan_micro_batches(
     raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
 
 
+def padding_share(real_tokens: int, computed_positions: int) -> float:
+    """Share of `computed_positions` that are padding (0.0 when nothing was computed)."""
+    if not computed_positions:
+        return 0.0
+    return 1.0 - real_tokens / computed_positions
+
+
 @dataclass(frozen=True)
 class BucketStats:
     """The micro-batches that pad to one static length."""
@@ -78,9 +85,7 @@ class BucketStats:
     @property
     def padding_share(self) -> float:
         """Share of this bucket's computed positions that are padding."""
-        if not self.computed_positions:
-            return 0.0
-        return 1.0 - self.real_tokens / self.computed_positions
+        return padding_share(self.real_tokens, self.computed_positions)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
@@ -113,9 +118,7 @@ class PaddingReport:
     @property
     def padding_share(self) -> float:
         """Share of the computed positions that are padding."""
-        if not self.computed_positions:
-            return 0.0
-        return 1.0 - self.real_tokens / self.computed_positions
+        return padding_share(self.real_tokens, self.computed_positions)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""

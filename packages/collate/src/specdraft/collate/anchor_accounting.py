@@ -4,13 +4,16 @@ A micro-batch computes `rows x anchor width` draft blocks; only `min(num_anchors
 of each row's blocks carry loss. "Anchor occupancy" is valid blocks / computed blocks (1.0 = no
 empty block at all). Micro-batches come from the same sampler the trainer uses, the per-sample
 anchor counts from the same loss masks (`padding.anchor_counts`), and the width from the run's
-`ShapePolicy`, so the numbers are what training will compute.
+`ShapePolicy`, so the numbers are what training will compute. `save_grid_plot` draws the
+length x anchor-width grid of an explain-buckets report (`--plot`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from specdraft.config import ShapePolicy
@@ -167,3 +170,92 @@ def optimal_anchor_buckets(weights: dict[int, int], num_anchors: int, k: int) ->
         chosen.append(values[c])
         c = parent[t][c]
     return tuple(reversed(chosen))
+
+
+# The PNG text key under which save_grid_plot stores the numbers it drew (tools and tests read
+# them back instead of pixels).
+GRID_PLOT_KEY = "specdraft-shape-grid"
+
+
+def grid_matrices(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The grid cells of an explain-buckets report as matrices [length][width] for a figure."""
+    lengths = sorted({int(c["length"]) for c in cells})
+    widths = sorted({int(c["width"]) for c in cells})
+    batches = [[0] * len(widths) for _ in lengths]
+    # None where a cell gets no micro-batch: its occupancy is undefined, not 0%.
+    occupancy: list[list[float | None]] = [[None] * len(widths) for _ in lengths]
+    for c in cells:
+        row, col = lengths.index(int(c["length"])), widths.index(int(c["width"]))
+        batches[row][col] = int(c["micro_batches"])
+        if c["micro_batches"]:
+            occupancy[row][col] = float(c["occupancy"])
+    return {"lengths": lengths, "widths": widths, "micro_batches": batches, "occupancy": occupancy}
+
+
+def save_grid_plot(report: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """Draw the length x anchor-width grid (micro-batches and occupancy per cell) into a PNG.
+
+    Returns the numbers drawn; they are also stored in the PNG's text chunk GRID_PLOT_KEY.
+    """
+    anchors = report.get("anchors")
+    if not anchors or not anchors.get("cells"):
+        raise ValueError(
+            "the shape grid needs static shapes and the corpus's loss masks (no --lengths / "
+            "--longest)"
+        )
+    try:
+        import matplotlib
+    except ImportError as exc:  # an optional extra, as for the length histogram
+        raise RuntimeError(
+            "--plot needs matplotlib: pip install 'specdraft-collate[plot]'"
+        ) from exc
+
+    matplotlib.use("Agg")  # no display on training nodes or in CI
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    grid = grid_matrices(anchors["cells"])
+    lengths, widths = grid["lengths"], grid["widths"]
+    counts = np.array(grid["micro_batches"], dtype=float)
+    occupancy = np.array(
+        [[np.nan if v is None else 100.0 * v for v in row] for row in grid["occupancy"]]
+    )
+    figure, (left, right) = plt.subplots(
+        1, 2, figsize=(4 + 1.6 * len(widths), 1.5 + 0.7 * len(lengths)), squeeze=True
+    )
+    drawn: dict[str, Any] = {"lengths": lengths, "widths": widths}
+    panels = (
+        (left, counts, "micro-batches per cell", "Blues", "{:.0f}", "micro_batches"),
+        (right, occupancy, "anchor occupancy per cell (%)", "RdYlGn", "{:.1f}", "occupancy"),
+    )
+    for axes, values, title, cmap, fmt, key in panels:
+        image = axes.imshow(values, cmap=cmap, aspect="auto", origin="lower")
+        if key == "occupancy":
+            image.set_clim(0.0, 100.0)
+        # Read back what the axes hold: the PNG's numbers are the figure's, not a second copy.
+        held = np.ma.filled(image.get_array().astype(float), np.nan)
+        drawn[key] = [
+            [None if np.isnan(v) else (v / 100.0 if key == "occupancy" else int(v)) for v in row]
+            for row in held.tolist()
+        ]
+        # Light text on the dark end of the sequential map, so every count stays readable.
+        dark = np.nanmax(values) * 0.6 if key == "micro_batches" else np.inf
+        for row in range(len(lengths)):
+            for col in range(len(widths)):
+                value = values[row, col]
+                axes.text(
+                    col, row, "–" if np.isnan(value) else fmt.format(value),
+                    ha="center", va="center", fontsize=9,
+                    color="white" if value > dark else "black",
+                )  # fmt: skip
+        axes.set_xticks(range(len(widths)), [str(w) for w in widths])
+        axes.set_yticks(range(len(lengths)), [str(n) for n in lengths])
+        axes.set_xlabel("anchor width (blocks)")
+        axes.set_ylabel("padded length (tokens)")
+        axes.set_title(title)
+        figure.colorbar(image, ax=axes)
+    figure.suptitle(f"{report['source']['description']}: shape grid, one epoch")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120, metadata={GRID_PLOT_KEY: json.dumps(drawn)})
+    plt.close(figure)
+    return drawn

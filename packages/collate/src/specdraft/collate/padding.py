@@ -70,7 +70,7 @@ def pad_and_concatenate_features(
     padded = policy.pad_length(max(lengths))
     batch: dict[str, torch.Tensor] = {}
     for key in keys:
-        rows = []
+        rows: list[torch.Tensor] = []
         for i, (feature, length) in enumerate(zip(features, lengths, strict=True)):
             if key not in feature:
                 raise KeyError(f"sample {i} has no {key!r}; every sample of a batch needs it")

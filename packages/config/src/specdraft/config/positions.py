@@ -13,6 +13,7 @@ nearest enclosing table, then to line 1, column 1.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Literal
@@ -274,38 +275,35 @@ class _Scanner:
                 self.pos += 1
 
     def scan_array(self, path: KeyPath) -> None:
-        self.pos += 1
         index = 0
-        while True:
-            self.skip_trivia()
-            ch = self.peek()
-            if ch in ("]", ""):
-                self.pos += 1 if ch else 0
-                return
-            if ch == ",":
-                self.pos += 1
-                continue
-            start = self.pos
-            element = (*path, index)
-            self.keys.setdefault(element, self.where(start))
-            self.scan_value(element)
+
+        def element() -> None:
+            nonlocal index
+            key = (*path, index)
+            self.keys.setdefault(key, self.where(self.pos))
+            self.scan_value(key)
             index += 1
-            if self.pos == start:
-                self.pos += 1
+
+        self.scan_items("]", element)
 
     def scan_inline_table(self, path: KeyPath) -> None:
+        self.scan_items("}", lambda: self.scan_key_value(path))
+
+    def scan_items(self, close: str, scan_item: Callable[[], None]) -> None:
+        """Scan the comma-separated items of an array or inline table, up to `close`."""
         self.pos += 1
         while True:
             self.skip_trivia()
             ch = self.peek()
-            if ch in ("}", ""):
+            if ch in (close, ""):
                 self.pos += 1 if ch else 0
                 return
             if ch == ",":
                 self.pos += 1
                 continue
             start = self.pos
-            self.scan_key_value(path)
+            scan_item()
+            # A character the scanner does not understand is stepped over, never looped on.
             if self.pos == start:
                 self.pos += 1
 

@@ -30,7 +30,9 @@ BUCKET_QUANTUM = 128
 DEFAULT_LOSS_DECAY_GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}
 
 
-def _rule(error_type: str, message: str, *, key: str | None = None, index: int | None = None):
+def _rule(
+    error_type: str, message: str, *, key: str | None = None, index: int | None = None
+) -> PydanticCustomError:
     """Build a rule error; `key`/`index` tell the linter where the offending value sits."""
     ctx: dict[str, object] = {}
     if key is not None:

@@ -35,7 +35,8 @@ def read_target_info(folder: str | Path) -> TargetInfo:
     config = _read_json(root / "config.json", required=True)
     generation = _read_json(root / "generation_config.json", required=False)
     tokenizer = _read_json(root / "tokenizer_config.json", required=False)
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else {}
 
     def pick(*names: str) -> Any:
         for source in (config, text):

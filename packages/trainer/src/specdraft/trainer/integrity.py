@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -136,3 +137,29 @@ def verify_files(folder: Path, names: Iterable[str], *, action: str) -> None:
             + "\n  ".join(problems)
             + "\nuse an earlier checkpoint (checkpoints/step-*) or copy this one again"
         )
+
+
+def field_mismatches(
+    found: Mapping[str, Any],
+    expected: Mapping[str, Any],
+    fields: Iterable[str],
+    *,
+    found_label: str,
+    expected_label: str,
+    notes: Mapping[str, str] | None = None,
+) -> list[str]:
+    """One line per differing field: `field (note): <found_label> X, <expected_label> Y`.
+
+    The one comparison behind every "this was made with other settings" refusal (offline
+    feature folders, checkpoint fingerprints), so each names the field and both values alike.
+    """
+    lines = []
+    for field in fields:
+        if found.get(field) == expected.get(field):
+            continue
+        note = f" ({notes[field]})" if notes and field in notes else ""
+        lines.append(
+            f"{field}{note}: {found_label} {found.get(field)!r}, "
+            f"{expected_label} {expected.get(field)!r}"
+        )
+    return lines

@@ -1,7 +1,6 @@
 """Tiny local assets for tests and the quickstart: a BPE tokenizer and a Qwen3 target, built
 offline from the ShareGPT package and cached (no model hub)."""
 
-from .cache import cache_root
 from .info import TinyAssetsInfo, tiny_assets_info
 from .target import build_tiny_target
 from .tokenizer import build_tiny_tokenizer
@@ -10,6 +9,5 @@ __all__ = [
     "TinyAssetsInfo",
     "build_tiny_target",
     "build_tiny_tokenizer",
-    "cache_root",
     "tiny_assets_info",
 ]

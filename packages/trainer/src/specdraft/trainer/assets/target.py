@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .cache import build_once, cache_root, recipe_hash
+from ..runtime.cache import build_once, cache_root, recipe_hash
 from .corpus import sharegpt_conversations
 from .info import (
     TARGET_HEAD_DIM,

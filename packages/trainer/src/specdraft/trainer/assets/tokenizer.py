@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from ..data.chat_template import QWEN_CHAT_TEMPLATE
-from .cache import build_once, cache_root, recipe_hash
+from ..runtime.cache import build_once, cache_root, recipe_hash
 from .corpus import sharegpt_texts
 from .info import ENDOFTEXT, IM_END, IM_START, MASK, SPECIAL_TOKENS, TINY_VOCAB_SIZE
 from .info import special_token_id as _special_id

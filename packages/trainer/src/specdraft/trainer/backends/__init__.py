@@ -1,12 +1,13 @@
-"""Data-parallel backends behind one contract: `prepare(model, options, process_group)`."""
+"""Data-parallel backends behind one contract: `prepare(model, options, process_group)` gives a
+`Backend` (the sharded draft, its gradient sync and its gradient-norm clip)."""
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING
 
 import torch.distributed as dist
-from torch import nn
 
+from .base import Backend
 from .compile import (
     RecompileError,
     apply_compile,
@@ -18,36 +19,27 @@ from .compile import (
 from .fp8 import Fp8Unavailable, check_fp8_supported
 from .options import BackendOptions, backend_options_from_config, resolve_param_dtype
 
+if TYPE_CHECKING:
+    from ..models.backbone import DraftModel
+
 
 def prepare(
-    model: nn.Module, options: BackendOptions, process_group: dist.ProcessGroup | None = None
-) -> nn.Module:
+    model: DraftModel, options: BackendOptions, process_group: dist.ProcessGroup | None = None
+) -> Backend:
     """Compile (optionally) and shard the draft with the backend the options name."""
     if options.backend == "fsdp1":
-        from .fsdp1 import apply_fsdp1
+        from .fsdp1 import Fsdp1Backend, apply_fsdp1
 
-        return apply_fsdp1(model, options, process_group)
+        return Fsdp1Backend(apply_fsdp1(model, options, process_group))
     if options.backend == "fsdp2":
-        from .fsdp2 import apply_fsdp2
+        from .fsdp2 import Fsdp2Backend, apply_fsdp2
 
-        return apply_fsdp2(model, options, process_group)
+        return Fsdp2Backend(apply_fsdp2(model, options, process_group))
     raise ValueError(f"unknown backend {options.backend!r}; expected 'fsdp1' or 'fsdp2'")
 
 
-def gradient_sync(model: nn.Module, enabled: bool) -> AbstractContextManager[None]:
-    """Skip gradient reduction on micro-steps that are not optimizer boundaries."""
-    if enabled:
-        if hasattr(model, "set_requires_gradient_sync"):
-            model.set_requires_gradient_sync(True)
-        return nullcontext()
-    if hasattr(model, "no_sync"):  # FSDP1
-        return model.no_sync()
-    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
-        model.set_requires_gradient_sync(False)
-    return nullcontext()
-
-
 __all__ = [
+    "Backend",
     "BackendOptions",
     "Fp8Unavailable",
     "RecompileError",
@@ -58,7 +50,6 @@ __all__ = [
     "configure_dynamo",
     "explain_recompile_limit",
     "forbid_recompiles",
-    "gradient_sync",
     "prepare",
     "resolve_param_dtype",
 ]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import torch
 import torch.distributed as dist
-from torch import nn
 from torch.distributed.fsdp import (
     FullyShardedDataParallel,
     MixedPrecision,
@@ -15,9 +18,12 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 from .compile import apply_compile
 from .options import BackendOptions
 
+if TYPE_CHECKING:
+    from ..models.backbone import DraftModel
+
 
 def apply_fsdp1(
-    model: nn.Module, options: BackendOptions, process_group: dist.ProcessGroup | None
+    model: DraftModel, options: BackendOptions, process_group: dist.ProcessGroup | None
 ) -> FullyShardedDataParallel:
     """Compile blocks (if asked), then wrap each block and the root in FSDP1."""
     apply_compile(model, options.compile_plan(len(model.layers)))
@@ -46,3 +52,18 @@ def apply_fsdp1(
         ),
         sync_module_states=False,  # every rank builds the same weights from the same seed
     )
+
+
+@dataclass(frozen=True)
+class Fsdp1Backend:
+    """The `Backend` of an FSDP1-wrapped draft."""
+
+    model: FullyShardedDataParallel
+
+    def gradient_sync(self, enabled: bool) -> AbstractContextManager[None]:
+        """FSDP1 skips the reduction inside `no_sync()`."""
+        return nullcontext() if enabled else self.model.no_sync()
+
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        """FSDP1 knows its flat shards: its own clip all-reduces the norm over the ranks."""
+        return self.model.clip_grad_norm_(max_norm)

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..assets.cache import file_digest, recipe_hash
+from ..runtime.cache import file_digest, recipe_hash
 from .quiet import quiet_datasets
 from .report import DataReport
 

@@ -39,18 +39,24 @@ ROLE_ALIASES = {
 SUFFIXES = (".json", ".jsonl")
 
 
+def check_conversation_file(path: Path, label: str) -> None:
+    """Raise, prefixed with `label`, unless `path` is an existing .json or .jsonl file."""
+    if path.suffix not in SUFFIXES:
+        raise ValueError(
+            f"{label}: unsupported extension {path.suffix!r}; conversation files are .json (an "
+            f"array of records) or .jsonl (one record per line), the ShareGPT package is "
+            f"'pkg:sharegpt'; for offline feature shards set data.format = 'features'"
+        )
+    if not path.is_file():
+        raise FileNotFoundError(f"{label}: no such file")
+
+
 def read_conversation_file(
     path: str | Path, *, hf_cache_dir: str | Path | None = None
 ) -> SourceRead:
     """Read a .json (array) or .jsonl (one record per line) conversation file."""
     path = Path(path)
-    if path.suffix not in SUFFIXES:
-        raise ValueError(
-            f"data path {path}: unsupported extension {path.suffix!r}; conversation files are "
-            f".json (an array of records) or .jsonl (one record per line)"
-        )
-    if not path.is_file():
-        raise FileNotFoundError(f"data path {path}: no such file")
+    check_conversation_file(path, f"data path {path}")
     bad_utf8 = first_invalid_utf8(path)
     if bad_utf8 is not None:
         # pyarrow loads invalid UTF-8 without complaint and fails when a row is read, which

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..assets.cache import build_once, cache_root
+from ..runtime.cache import build_once, cache_root
 from .bad_rows import BadRow, BadRowCounter, check_supervised_pair
 from .cache import (
     dataset_cache_key,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .conversations import SUFFIXES, read_conversation_file
+from .conversations import check_conversation_file, read_conversation_file
 from .records import SourceRead
 from .sharegpt import (
     SHAREGPT_SPEC,
@@ -25,14 +25,7 @@ def check_source(spec: str, field: str = "data.train_paths") -> None:
         raise ValueError(
             f"{field}: unknown package spec {spec!r}; the only one is {SHAREGPT_SPEC!r}"
         )
-    path = Path(spec).expanduser()
-    if path.suffix not in SUFFIXES:
-        raise ValueError(
-            f"{field}: {spec!r} is not a .json or .jsonl conversation file (or "
-            f"{SHAREGPT_SPEC!r}); for offline feature shards set data.format = 'features'"
-        )
-    if not path.is_file():
-        raise FileNotFoundError(f"{field}: {spec!r}: no such file")
+    check_conversation_file(Path(spec).expanduser(), f"{field}: {spec!r}")
 
 
 def source_fingerprint(spec: str) -> dict[str, Any]:

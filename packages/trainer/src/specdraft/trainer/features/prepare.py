@@ -5,20 +5,20 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from specdraft.config import Config, ShapePolicy
 
-from .shards import (
-    FORMAT_VERSION,
-    FeatureMismatch,
-    check_feature_meta,
-    read_index,
-    write_index,
-    write_shard,
-)
+from ..models.family import family_of
+from .meta import FeatureMismatch, check_feature_meta, feature_meta
+from .shards import read_index, write_index, write_shard
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+    from ..models.target import TargetFeatureExtractor
 
 log = logging.getLogger(__name__)
 
@@ -33,32 +33,6 @@ class PrepareResult:
     shards_skipped: int
 
 
-def feature_meta(config: Config, data_fingerprint: str) -> dict[str, Any]:
-    """What a feature folder records about how it was made (checked again at training)."""
-    return {
-        "format_version": FORMAT_VERSION,
-        "target": config.model.target,
-        "target_layer_ids": list(config.model.target_layer_ids),
-        "with_last_hidden": config.model.algorithm == "dspark",
-        "tokenizer": config.data.tokenizer or config.model.target,
-        "chat_template": config.data.chat_template,
-        "max_length": config.data.max_length,
-        "data": data_fingerprint,
-    }
-
-
-def expected_feature_meta(config: Config) -> dict[str, Any]:
-    """The subset of `feature_meta` a training config can check without the source corpus."""
-    return {
-        "target": config.model.target,
-        "target_layer_ids": list(config.model.target_layer_ids),
-        "with_last_hidden": config.model.algorithm == "dspark",
-        "tokenizer": config.data.tokenizer or config.model.target,
-        "chat_template": config.data.chat_template,
-        "max_length": config.data.max_length,
-    }
-
-
 def prepare_features(
     config: Config,
     out_dir: str | Path,
@@ -70,8 +44,7 @@ def prepare_features(
 ) -> PrepareResult:
     """Write (or finish) the feature shards of the config's training corpus into `out_dir`."""
     from ..data import build_dataset
-    from ..models import TargetFeatureExtractor
-    from ..train.assembly import target_dtype
+    from ..models import TargetFeatureExtractor, target_dtype
 
     if shard_size < 1:
         raise ValueError(f"--shard-size must be at least 1, not {shard_size}")
@@ -133,15 +106,15 @@ def prepare_features(
 
 
 def _features_of(
-    rows: Any,
-    extractor: Any,
+    rows: Dataset,
+    extractor: TargetFeatureExtractor,
     config: Config,
     *,
     batch_size: int,
     shapes: ShapePolicy,
 ) -> list[dict[str, torch.Tensor]]:
     """Run the target on rows in small batches; cut each sample's features to its own length."""
-    with_last = config.model.algorithm == "dspark"
+    with_last = family_of(config).needs_last_hidden
     samples: list[dict[str, torch.Tensor]] = []
     for start in range(0, len(rows), batch_size):
         batch_rows = [rows[i] for i in range(start, min(len(rows), start + batch_size))]

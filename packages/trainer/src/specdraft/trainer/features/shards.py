@@ -24,25 +24,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from ..integrity import CorruptFile, sha256_file
+from .meta import FeatureMismatch, check_feature_meta
 
 log = logging.getLogger(__name__)
 
 INDEX = "index.json"
-FORMAT_VERSION = 1
-
-# Fields of the index that must match the training config, with the config key they come from.
-MATCHED_FIELDS = {
-    "target": "model.target",
-    "target_layer_ids": "model.target_layer_ids",
-    "with_last_hidden": "model.algorithm (dspark needs target_last_hidden_states)",
-    "tokenizer": "data.tokenizer",
-    "chat_template": "data.chat_template",
-    "max_length": "data.max_length",
-}
-
-
-class FeatureMismatch(ValueError):
-    """Offline features were made for a different target, layers, tokenizer or max_length."""
 
 
 @dataclass(frozen=True)
@@ -73,23 +59,6 @@ def write_index(folder: Path, index: dict[str, Any]) -> None:
     tmp = folder / f".{INDEX}.tmp"
     tmp.write_text(json.dumps(index, indent=1, sort_keys=True))
     tmp.replace(folder / INDEX)
-
-
-def check_feature_meta(meta: dict[str, Any], expected: dict[str, Any], folder: Path) -> None:
-    """Refuse features whose record differs from what the config expects, naming each field."""
-    diffs = [
-        f"{field} ({MATCHED_FIELDS[field]}): features have {meta.get(field)!r}, "
-        f"config expects {expected.get(field)!r}"
-        for field in MATCHED_FIELDS
-        if meta.get(field) != expected.get(field)
-    ]
-    if diffs:
-        raise FeatureMismatch(
-            f"offline features in {folder} do not match the config:\n  "
-            + "\n  ".join(diffs)
-            + "\nrun `specdraft prepare-features` for this config, or point data.train_paths "
-            "at features made with these settings"
-        )
 
 
 def write_shard(

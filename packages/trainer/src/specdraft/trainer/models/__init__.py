@@ -8,26 +8,31 @@ from .config import (
     DFlash2Config,
     DFlashDraftConfig,
     DSparkConfig,
-    draft_config_from,
 )
-from .dflash2 import DFlash2Draft, DFlash2DraftModel
-from .dspark import DSparkDraft, Qwen3DSparkModel
-from .factory import build_draft
+from .dflash2 import DFlash2DraftModel
+from .dspark import Qwen3DSparkModel
+from .factory import build_draft, draft_config_from
+from .family import DraftFamily, family_for, family_of, family_of_architecture
 from .losses import DraftLoss
 from .masks import build_block_mask, dense_block_mask, flex_block_mask
 from .spec import DraftTrainSpec, resolve_attention_backend
-from .target import TargetFeatureExtractor, TargetHead, load_target_config, load_target_head
+from .target import (
+    TargetFeatureExtractor,
+    TargetHead,
+    load_target_config,
+    load_target_head,
+    target_dtype,
+)
 
 __all__ = [
     "DFLASH2_ARCHITECTURE",
     "DSPARK_ARCHITECTURE",
     "BlockTargets",
     "DFlash2Config",
-    "DFlash2Draft",
     "DFlash2DraftModel",
     "DFlashDraftConfig",
     "DSparkConfig",
-    "DSparkDraft",
+    "DraftFamily",
     "DraftLoss",
     "DraftModel",
     "DraftTrainSpec",
@@ -38,10 +43,14 @@ __all__ = [
     "build_draft",
     "dense_block_mask",
     "draft_config_from",
+    "family_for",
+    "family_of",
+    "family_of_architecture",
     "flex_block_mask",
     "load_target_config",
     "load_target_head",
     "resolve_attention_backend",
     "sample_anchors",
+    "target_dtype",
     "valid_anchor_positions",
 ]

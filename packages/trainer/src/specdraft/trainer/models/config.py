@@ -126,7 +126,8 @@ def rope_theta_of(config: Any) -> float:
     return float(theta)
 
 
-def _backbone_kwargs(model_cfg: Any, target_config: Any) -> dict:
+def backbone_kwargs(model_cfg: Any, target_config: Any) -> dict:
+    """The HF config keys every family shares, from the specdraft ModelConfig and the target."""
     text = target_text_config(target_config)
     heads = int(text.num_attention_heads)
     hidden = int(text.hidden_size)
@@ -151,57 +152,11 @@ def _backbone_kwargs(model_cfg: Any, target_config: Any) -> dict:
     }
 
 
-def _check_shapes(kwargs: dict, model_cfg: Any) -> None:
-    """Errors that would otherwise surface as a shape mismatch deep inside the model."""
-    vocab = kwargs["vocab_size"]
-    if kwargs["mask_token_id"] >= vocab:
+def check_backbone(backbone: dict[str, Any], model_cfg: Any) -> None:
+    """Errors every family would otherwise hit as a shape mismatch deep inside the model."""
+    vocab = backbone["vocab_size"]
+    if backbone["mask_token_id"] >= vocab:
         raise ValueError(
-            f"model.mask_token_id = {kwargs['mask_token_id']} is outside the target vocabulary "
+            f"model.mask_token_id = {backbone['mask_token_id']} is outside the target vocabulary "
             f"({vocab} tokens) of {model_cfg.target}; pick a reserved token below {vocab}"
         )
-    if model_cfg.algorithm == "dflash2":
-        group = model_cfg.dflash2.conv_group_size
-        if kwargs["hidden_size"] % group:
-            raise ValueError(
-                f"model.dflash2.conv_group_size = {group} does not divide the target hidden size "
-                f"{kwargs['hidden_size']}; use a divisor such as 16"
-            )
-        if model_cfg.dflash2.selector_top_k > vocab:
-            raise ValueError(
-                f"model.dflash2.selector_top_k = {model_cfg.dflash2.selector_top_k} exceeds the "
-                f"vocabulary size {vocab}; use 16"
-            )
-
-
-def draft_config_from(model_cfg: Any, target_config: Any) -> DFlash2Config | DSparkConfig:
-    """The HF draft config for `model_cfg` (specdraft ModelConfig) and the target's HF config."""
-    kwargs = _backbone_kwargs(model_cfg, target_config)
-    _check_shapes(kwargs, model_cfg)
-    if model_cfg.algorithm == "dflash2":
-        opts = model_cfg.dflash2
-        if opts.selector_gold_policy is None:
-            raise ValueError(
-                "model.dflash2.selector_gold_policy is required: 'exclude' or 'insert'"
-            )
-        return DFlash2Config(
-            conv_kernel_size=DFLASH2_CONV_TAPS,
-            conv_group_size=opts.conv_group_size,
-            selector_rank=opts.selector_rank,
-            selector_top_k=opts.selector_top_k,
-            selector_loss_weight=opts.selector_loss_weight,
-            selector_gold_policy=opts.selector_gold_policy,
-            **kwargs,
-        )
-    if model_cfg.algorithm == "dspark":
-        opts = model_cfg.dspark
-        return DSparkConfig(
-            markov_rank=opts.markov_rank,
-            markov_head_type=opts.markov_type,
-            enable_confidence_head=opts.confidence_head,
-            confidence_head_with_markov=opts.confidence_uses_markov,
-            ce_weight=opts.ce_weight,
-            l1_weight=opts.l1_weight,
-            confidence_weight=opts.confidence_weight,
-            **kwargs,
-        )
-    raise ValueError(f"model.algorithm = {model_cfg.algorithm!r}: use 'dflash2' or 'dspark'")

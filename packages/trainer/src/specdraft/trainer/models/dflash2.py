@@ -62,7 +62,7 @@ class DFlash2DecoderLayer(DFlashDecoderLayer):
 
 
 class DFlash2DraftModel(DraftModel):
-    """The DFlash2 draft (architecture `DFlash2DraftModel`); exported as `DFlash2Draft`."""
+    """The DFlash2 draft; the class name is the `architectures` entry SGLang loads it by."""
 
     config_class = DFlash2Config
 
@@ -179,6 +179,3 @@ class DFlash2DraftModel(DraftModel):
         return self.candidate_selector.walk(
             predicted, lambda step: head.logits(predicted[:, :, step]), anchor_tokens
         )
-
-
-DFlash2Draft = DFlash2DraftModel

@@ -29,7 +29,7 @@ from .target import TargetHead
 
 
 class Qwen3DSparkModel(DraftModel):
-    """The DSpark draft (architecture `Qwen3DSparkModel`, as SGLang names it); `DSparkDraft`."""
+    """The DSpark draft; the class name is the `architectures` entry SGLang loads it by."""
 
     config_class = DSparkConfig
     extra_batch_keys = ("target_last_hidden_states",)
@@ -167,6 +167,3 @@ class Qwen3DSparkModel(DraftModel):
             previous = logits.argmax(-1)
             chosen.append(previous)
         return torch.stack(chosen, dim=-1)
-
-
-DSparkDraft = Qwen3DSparkModel

@@ -6,16 +6,25 @@ from typing import Any
 
 import torch
 
+from specdraft.config import ModelConfig
+
 from .backbone import DraftModel
-from .config import DFlash2Config, DSparkConfig, draft_config_from
-from .dflash2 import DFlash2DraftModel
-from .dspark import Qwen3DSparkModel
+from .config import DFlashDraftConfig, backbone_kwargs, check_backbone
+from .family import family_of
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
+def draft_config_from(model_cfg: ModelConfig, target_config: Any) -> DFlashDraftConfig:
+    """The HF draft config for `model_cfg` (specdraft ModelConfig) and the target's HF config."""
+    family = family_of(model_cfg)
+    backbone = backbone_kwargs(model_cfg, target_config)
+    check_backbone(backbone, model_cfg)
+    return family.build_config(model_cfg, backbone)
+
+
 def build_draft(
-    cfg_model: Any,
+    cfg_model: ModelConfig,
     target_config: Any,
     *,
     dtype: torch.dtype | None = None,
@@ -29,8 +38,7 @@ def build_draft(
     config = draft_config_from(cfg_model, target_config)
     torch_dtype = dtype or _DTYPES[cfg_model.dtype]
     config.dtype = torch_dtype
-    model_class = DFlash2DraftModel if isinstance(config, DFlash2Config) else Qwen3DSparkModel
-    assert isinstance(config, (DFlash2Config, DSparkConfig))
+    model_class = family_of(cfg_model).model_class
     with torch.device(device) if device is not None else _no_device():
         model = model_class(config)
     return model.to(torch_dtype)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
 
+from specdraft.config import Config
+
 AttentionBackend = Literal["sdpa", "flex"]
+
+# Anchors are re-drawn every epoch: the spec's seed moves by this stride per epoch.
+EPOCH_SEED_STRIDE = 1_000_003
 
 
 def resolve_attention_backend(name: str, device: torch.device | str) -> AttentionBackend:
@@ -49,8 +54,12 @@ class DraftTrainSpec:
                 f"{self.attention_backend!r}); call resolve_attention_backend first"
             )
 
+    def for_epoch(self, epoch: int) -> DraftTrainSpec:
+        """The spec of training epoch `epoch`: the same knobs, that epoch's anchor seed."""
+        return replace(self, seed=self.seed + epoch * EPOCH_SEED_STRIDE)
+
     @classmethod
-    def from_config(cls, config, device: torch.device | str) -> DraftTrainSpec:
+    def from_config(cls, config: Config, device: torch.device | str) -> DraftTrainSpec:
         """The spec of a specdraft `Config`, with the attention backend resolved for `device`."""
         training = config.training
         return cls(

@@ -22,6 +22,11 @@ _SINGLE_FILE = "model.safetensors"
 _INDEX_FILE = "model.safetensors.index.json"
 
 
+def target_dtype(device: torch.device) -> torch.dtype:
+    """The frozen target runs in bf16 on GPU and fp32 on CPU."""
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
 class TargetHead(nn.Module):
     """Frozen `embed_tokens` (nn.Embedding) and `lm_head` (nn.Linear, no bias) of the target.
 

@@ -111,6 +111,12 @@ def shutdown_distributed() -> None:
         dist.destroy_process_group()
 
 
+def barrier() -> None:
+    """Wait for every rank; a no-op without a process group (a single-process run)."""
+    if dist.is_initialized():
+        dist.barrier()
+
+
 def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     """Sum a tensor over all ranks (in place) and return it."""
     if dist.is_initialized() and dist.get_world_size() > 1:

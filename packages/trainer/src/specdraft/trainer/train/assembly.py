@@ -8,42 +8,44 @@ then shard); optimizer and schedule; evaluation; resume.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.distributed as dist
 
 from specdraft.collate import sampler_from_config
 from specdraft.config import Config, ShapePolicy
 
 from ..backends import BackendOptions, backend_options_from_config, prepare
-from ..disagg.http_json import run_folder
-from ..runtime import DistContext
+from ..runtime import DistContext, barrier
+from ..runtime.http_json import run_folder
 from .metrics import MetricsWriter
 from .resume import resume_trainer
 from .schedule import build_scheduler
 from .sources import BatchBuilder, BatchShape, LocalBatchSource
-from .trainer import Trainer, TrainSettings
+from .trainer import BatchSource, RunOutput, Trainer, TrainSettings
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+    from ..features.shards import FeatureShardDataset
+    from ..models.target import TargetFeatureExtractor
 
 log = logging.getLogger(__name__)
-
-# Anchors are re-drawn every epoch: the spec's seed moves by this stride per epoch.
-EPOCH_SEED_STRIDE = 1_000_003
 
 
 @dataclass
 class RunData:
     """The training data of a run as the trainer sees it."""
 
-    dataset: Any
+    dataset: Dataset | FeatureShardDataset  # tokenised conversations, or offline features
     lengths: list[int]
     fingerprint: str
-    features: Any | None  # in-process target feature extractor, or None (offline features)
+    # The in-process target (it makes each batch's features), or None (offline features).
+    features: TargetFeatureExtractor | None
 
 
 def run_fingerprint(config: Config, data_fingerprint: str) -> dict[str, Any]:
@@ -70,20 +72,10 @@ def run_fingerprint(config: Config, data_fingerprint: str) -> dict[str, Any]:
     }
 
 
-def _barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
-
-
-def target_dtype(device: torch.device) -> torch.dtype:
-    """The frozen target runs in bf16 on GPU and fp32 on CPU."""
-    return torch.bfloat16 if device.type == "cuda" else torch.float32
-
-
 def load_run_data(config: Config, ctx: DistContext, *, progress: bool) -> RunData:
     """Training data: tokenised conversations (+ the in-process target) or offline features."""
     if config.data.format == "features":
-        from ..features.prepare import expected_feature_meta
+        from ..features.meta import expected_feature_meta
         from ..features.shards import FeatureShardDataset
 
         dataset = FeatureShardDataset(
@@ -92,14 +84,14 @@ def load_run_data(config: Config, ctx: DistContext, *, progress: bool) -> RunDat
         return RunData(dataset, list(dataset.lengths), str(dataset.meta.get("data")), None)
 
     from ..data import build_dataset, sample_lengths
-    from ..models import TargetFeatureExtractor
+    from ..models import TargetFeatureExtractor, target_dtype
 
     # Rank 0 tokenises (and fills the cache) first; the others then read the cache.
     if not ctx.is_main:
-        _barrier()
+        barrier()
     dataset, report = build_dataset(config, split="train", progress=progress and ctx.is_main)
     if ctx.is_main:
-        _barrier()
+        barrier()
         log.info("training data: %s", report.describe())
     lengths = sample_lengths(dataset)
     extractor = TargetFeatureExtractor(
@@ -117,7 +109,7 @@ def build_trainer(
     *,
     resume: str | None = None,
     progress: bool = True,
-    source: Any | None = None,
+    source: BatchSource | None = None,
     shapes: ShapePolicy | None = None,
     allow_changed: Sequence[str] = (),
 ) -> Trainer:
@@ -126,7 +118,13 @@ def build_trainer(
     `shapes` is the run's shape policy when the caller already built it (with its own `source`);
     otherwise it is built here, once.
     """
-    from ..models import DraftTrainSpec, build_draft, load_target_config, load_target_head
+    from ..models import (
+        DraftTrainSpec,
+        build_draft,
+        load_target_config,
+        load_target_head,
+        target_dtype,
+    )
 
     training = config.training
     torch.manual_seed(training.seed)
@@ -156,18 +154,74 @@ def build_trainer(
             grad_accum_steps=training.grad_accum_steps,
             rank=ctx.rank,
             features=data.features,
+            fingerprint=data.fingerprint,
         )
-    data_fingerprint = data.fingerprint if data is not None else getattr(source, "fingerprint", "")
 
     # fp32 master weights; the backend computes in options.param_dtype.
     torch.manual_seed(training.seed)
     draft = build_draft(config.model, target_config, dtype=torch.float32, device=ctx.device)
     draft_config = draft.config
-    model = prepare(draft, options)
+    backend = prepare(draft, options)
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=training.learning_rate, weight_decay=training.weight_decay
+        backend.model.parameters(), lr=training.learning_rate, weight_decay=training.weight_decay
     )
-    settings = TrainSettings(
+    settings = train_settings(config, progress=progress)
+    scheduler = build_scheduler(
+        optimizer,
+        total_steps=max(1, settings.total_steps(source.micro_batches_per_epoch())),
+        warmup_ratio=training.warmup_ratio,
+        kind=training.lr_scheduler,
+    )
+    spec = DraftTrainSpec.from_config(config, ctx.device)
+    evaluator = None
+    if with_eval:
+        from .eval_run import build_evaluator
+
+        evaluator = build_evaluator(config, ctx, head=head, spec=spec, shapes=shapes, data=data)
+    output = RunOutput(
+        output_dir=output_dir,
+        writer=MetricsWriter(
+            Path(config.tracking.jsonl_path or output_dir / "metrics.jsonl"),
+            tensorboard_dir=(
+                Path(config.tracking.tensorboard_dir or output_dir / "tensorboard")
+                if config.tracking.tensorboard
+                else None
+            ),
+            enabled=ctx.is_main,
+        ),
+        fingerprint=run_fingerprint(config, source.fingerprint),
+        draft_config=draft_config,
+        # Export casts the fp32 master weights to the dtype the config asks for.
+        extra_state={"model_dtype": config.model.dtype, "run_id": config.run_id},
+    )
+    trainer = Trainer(
+        backend=backend,
+        head=head,
+        spec=spec,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        source=source,
+        settings=settings,
+        ctx=ctx,
+        output=output,
+        evaluator=evaluator,
+    )
+    # Checks what it resumes (checksums, settings, data order), applies a changed learning rate.
+    resume_trainer(
+        trainer,
+        resume or training.resume_from,
+        ctx=ctx,
+        learning_rate=training.learning_rate,
+        allow_changed=allow_changed,
+        required=resume is not None,
+    )
+    return trainer
+
+
+def train_settings(config: Config, *, progress: bool) -> TrainSettings:
+    """The narrow slice of the config the training loop reads."""
+    training = config.training
+    return TrainSettings(
         grad_accum_steps=training.grad_accum_steps,
         num_epochs=training.num_epochs,
         max_steps=training.max_steps,
@@ -181,73 +235,20 @@ def build_trainer(
         progress_bar=config.tracking.progress_bar and progress,
         nonfinite_loss=training.nonfinite_loss,
     )
-    spec = DraftTrainSpec.from_config(config, ctx.device)
-    writer = MetricsWriter(
-        Path(config.tracking.jsonl_path or output_dir / "metrics.jsonl"),
-        tensorboard_dir=(
-            Path(config.tracking.tensorboard_dir or output_dir / "tensorboard")
-            if config.tracking.tensorboard
-            else None
-        ),
-        enabled=ctx.is_main,
-    )
-    placeholder = build_scheduler(optimizer, total_steps=1, warmup_ratio=0.0, kind="constant")
-    trainer = Trainer(
-        model=model,
-        head=head,
-        spec=spec,
-        optimizer=optimizer,
-        scheduler=placeholder,
-        source=source,
-        settings=settings,
-        ctx=ctx,
-        output_dir=output_dir,
-        writer=writer,
-        fingerprint=run_fingerprint(config, data_fingerprint),
-        spec_for_epoch=lambda s, epoch: dataclasses.replace(
-            s, seed=s.seed + epoch * EPOCH_SEED_STRIDE
-        ),
-        draft_config=draft_config,
-        # Export casts the fp32 master weights to the dtype the config asks for.
-        extra_state={"model_dtype": config.model.dtype, "run_id": config.run_id},
-    )
-    trainer.scheduler = build_scheduler(
-        optimizer,
-        total_steps=max(1, trainer.total_steps()),
-        warmup_ratio=training.warmup_ratio,
-        kind=training.lr_scheduler,
-    )
-    if with_eval:
-        from .eval_run import build_evaluator
-
-        trainer.evaluate = build_evaluator(
-            config, ctx, model=model, head=head, spec=spec, shapes=shapes, data=data
-        )
-    # Checks what it resumes (checksums, settings, data order), applies a changed learning rate.
-    resume_trainer(
-        trainer,
-        resume or training.resume_from,
-        ctx=ctx,
-        learning_rate=training.learning_rate,
-        allow_changed=allow_changed,
-        required=resume is not None,
-    )
-    return trainer
 
 
 def batch_shape(config: Config, target_config: Any, options: BackendOptions) -> BatchShape:
     """Widths and dtype of this run's batches."""
-    text = (
-        target_config.get_text_config()
-        if hasattr(target_config, "get_text_config")
-        else target_config
-    )
-    hidden = int(text.hidden_size)
+    from ..models import family_of
+    from ..models.config import target_text_config
+
+    hidden = int(target_text_config(target_config).hidden_size)
+    family = family_of(config)
     return BatchShape(
         micro_batch_size=config.training.micro_batch_size,
-        feature_width=hidden * len(config.model.target_layer_ids),
+        feature_width=family.feature_width(hidden, len(config.model.target_layer_ids)),
         hidden_size=hidden,
-        with_last_hidden=config.model.algorithm == "dspark",
+        with_last_hidden=family.needs_last_hidden,
         feature_dtype=options.param_dtype,
         static=config.training.static_shapes,
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,11 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+from transformers import PretrainedConfig
 
 from ..integrity import (
     CorruptFile,
+    field_mismatches,
     files_under,
     manifest_problems,
     read_manifest,
@@ -51,7 +54,7 @@ from ..integrity import (
     unlisted_files,
     write_manifest,
 )
-from ..runtime import DistContext
+from ..runtime import DistContext, barrier
 from .safe_dcp import SafeFileSystemReader, SafeLoadPlanner, read_dcp_metadata
 
 STEP_PREFIX = "step-"
@@ -182,16 +185,21 @@ def check_fingerprint(
     line each) for the run to log.
     """
 
-    def line(name: str) -> str:
-        return f"{name}: checkpoint has {saved.get(name)!r}, config has {current.get(name)!r}"
+    def lines(names: Iterable[str]) -> list[str]:
+        return field_mismatches(
+            saved, current, names, found_label="checkpoint has", expected_label="config has"
+        )
 
-    diffs = [line(f) for f in FINGERPRINT_FIELDS if saved.get(f) != current.get(f)]
+    def line(name: str) -> str:
+        return lines([name])[0]
+
+    diffs = lines(FINGERPRINT_FIELDS)
     order = [f for f in DATA_ORDER_FIELDS if f in current and saved.get(f) != current.get(f)]
     refused = [f for f in order if f not in allow_changed]
     if diffs:
         raise CheckpointMismatch(
             f"cannot resume from {path}: it was made with different settings\n  "
-            + "\n  ".join(diffs + [line(f) for f in refused])
+            + "\n  ".join(diffs + lines(refused))
             + "\nresume with the original settings, or start a new run (new output_dir)"
         )
     if refused:
@@ -202,7 +210,7 @@ def check_fingerprint(
             + "\nresume with the original settings, start a new run (new output_dir), or accept "
             f"the change with --allow-changed {','.join(refused)}"
         )
-    return [line(f) for f in order]
+    return lines(order)
 
 
 def rng_file(folder: Path, rank: int) -> Path:
@@ -270,11 +278,6 @@ def load_rng_state(path: Path) -> None:
         torch.cuda.set_rng_state_all([tensors[k] for k in cuda])
 
 
-def _barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
-
-
 def full_model_state(model: nn.Module, ctx: DistContext) -> dict[str, torch.Tensor]:
     """Gather the unsharded draft weights (a collective: every rank must call it)."""
     options = StateDictOptions(
@@ -293,7 +296,7 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     state: dict[str, Any],
     ctx: DistContext,
-    draft_config: Any | None = None,
+    draft_config: PretrainedConfig | None = None,
 ) -> Path:
     """Write the checkpoint of optimizer step `step` atomically; return its folder."""
     root = checkpoint_root(output_dir)
@@ -303,13 +306,13 @@ def save_checkpoint(
         if tmp.exists():  # leftover of a crash during an earlier save of this step
             shutil.rmtree(tmp)
         (tmp / "rng").mkdir(parents=True)
-    _barrier()
+    barrier()
 
     weights = full_model_state(model, ctx)
     if ctx.is_main:
         cpu = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
         save_file(cpu, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        if draft_config is not None and hasattr(draft_config, "to_json_string"):
+        if draft_config is not None:
             (tmp / "config.json").write_text(draft_config.to_json_string())
     del weights
 
@@ -321,7 +324,7 @@ def save_checkpoint(
         checkpoint_id=str(tmp / "dcp"),
     )
     save_rng_state(rng_file(tmp, ctx.rank))
-    _barrier()
+    barrier()
     digests = _hash_shared(tmp, ctx)
     if ctx.is_main:
         payload = dict(state, step=step, world_size=ctx.world_size)
@@ -333,7 +336,7 @@ def save_checkpoint(
             final.rename(trash)
             shutil.rmtree(trash)
         tmp.rename(final)
-    _barrier()
+    barrier()
     return final
 
 
@@ -419,5 +422,5 @@ def load_checkpoint(
         )
     # else: a new world size (allowed with --allow-changed deployment.world_size): the new ranks
     # have no saved RNG state and keep their fresh one.
-    _barrier()
+    barrier()
     return LoadedCheckpoint(path, state, changes)

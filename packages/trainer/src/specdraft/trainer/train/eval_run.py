@@ -6,16 +6,19 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from specdraft.config import Config, ShapePolicy
+from specdraft.config import Config, PadTo, ShapePolicy
 
 from ..models.backbone import PREDICT_ANCHORS, PREDICT_KEEP
+from ..models.spec import DraftTrainSpec
+from ..models.target import TargetHead
 from ..runtime import DistContext
 from .evaluation import (
     EvalRecord,
@@ -25,6 +28,10 @@ from .evaluation import (
     prompt_of,
     save_eval_records,
 )
+
+if TYPE_CHECKING:
+    from ..models.target import TargetFeatureExtractor
+    from .assembly import RunData
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +61,12 @@ def records_path(config: Config, data_fingerprint: str) -> Path:
 
 
 def make_eval_records(
-    config: Config, *, extractor: Any | None = None, progress: bool = False
+    config: Config, *, extractor: TargetFeatureExtractor | None = None, progress: bool = False
 ) -> tuple[list[EvalRecord], str]:
     """The target's greedy continuations of the held-out prompts with features, and the data
     fingerprint of the eval set."""
     from ..data import build_dataset
-    from ..models import TargetFeatureExtractor
+    from ..models import TargetFeatureExtractor, target_dtype
 
     if config.data.format != "sharegpt":
         # data.eval_paths are always conversations, whatever data.format says of train_paths.
@@ -72,7 +79,7 @@ def make_eval_records(
             config.model.target,
             list(config.model.target_layer_ids),
             device=device,
-            dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
+            dtype=target_dtype(device),
         )
     prompts = []
     for row in dataset:
@@ -107,7 +114,7 @@ def make_eval_records(
 
 
 def load_or_make_records(
-    config: Config, ctx: DistContext, *, extractor: Any | None
+    config: Config, ctx: DistContext, *, extractor: TargetFeatureExtractor | None
 ) -> list[EvalRecord]:
     """Rank 0 makes (or finds) the records; every rank then reads the same file."""
     marker = Path(config.output_dir) / "eval" / "latest.json"
@@ -125,7 +132,11 @@ def load_or_make_records(
 
 
 def predictor(
-    model: nn.Module, head: nn.Module, spec: Any, device: torch.device, dtype: torch.dtype
+    model: nn.Module,
+    head: TargetHead,
+    spec: DraftTrainSpec,
+    device: torch.device,
+    dtype: torch.dtype,
 ) -> Callable[..., torch.Tensor]:
     """A predict function that goes through the (sharded, compiled) model's forward."""
 
@@ -141,34 +152,55 @@ def predictor(
     return predict
 
 
+@dataclass(frozen=True)
+class AcceptanceEvaluator:
+    """tau of the draft on the run's held-out records, padded with the run's shape policy."""
+
+    records: list[EvalRecord]
+    head: TargetHead
+    spec: DraftTrainSpec
+    ctx: DistContext
+    dtype: torch.dtype  # the features' dtype (the head's)
+    block_size: int
+    num_anchors: int
+    pad_to: PadTo
+
+    def evaluate(self, model: nn.Module) -> dict[str, Any]:
+        """Acceptance metrics of `model` (the sharded draft), the same on every rank."""
+        return evaluate_acceptance(
+            self.records,
+            predictor(model, self.head, self.spec, self.ctx.device, self.dtype),
+            block_size=self.block_size,
+            num_anchors=self.num_anchors,
+            pad_to=self.pad_to,  # the run's policy: eval pads like training
+            ctx=self.ctx,
+        )
+
+
 def build_evaluator(
     config: Config,
     ctx: DistContext,
     *,
-    model: nn.Module,
-    head: nn.Module,
-    spec: Any,
+    head: TargetHead,
+    spec: DraftTrainSpec,
     shapes: ShapePolicy,
-    data: Any | None,
-) -> Callable[[nn.Module], dict[str, Any]]:
-    """The callable Trainer.fit runs every eval_interval steps and at the end."""
-    extractor = getattr(data, "features", None)
+    data: RunData | None,
+) -> AcceptanceEvaluator:
+    """The evaluator Trainer.fit runs every eval_interval steps and at the end."""
+    extractor = data.features if data is not None else None
     records = load_or_make_records(config, ctx, extractor=extractor)
-    dtype = head.embed_tokens.weight.dtype if hasattr(head, "embed_tokens") else torch.float32
     if ctx.is_main:
         log.info("evaluation: %d held-out prompts", len(records))
-
-    def evaluate(current: nn.Module) -> dict[str, Any]:
-        return evaluate_acceptance(
-            records,
-            predictor(current, head, spec, ctx.device, dtype),
-            block_size=config.model.block_size,
-            num_anchors=config.training.num_anchors,
-            pad_to=shapes.pad_to,  # the run's policy: eval pads like training
-            ctx=ctx,
-        )
-
-    return evaluate
+    return AcceptanceEvaluator(
+        records=records,
+        head=head,
+        spec=spec,
+        ctx=ctx,
+        dtype=head.embed_tokens.weight.dtype,
+        block_size=config.model.block_size,
+        num_anchors=config.training.num_anchors,
+        pad_to=shapes.pad_to,
+    )
 
 
 def evaluate_checkpoint(config: Config, checkpoint: str) -> dict[str, Any]:

@@ -19,14 +19,12 @@ class ExportError(ValueError):
 
 def draft_class_for(architecture: str) -> type:
     """The draft model class named by a config's `architectures` entry."""
-    from ..models import DFLASH2_ARCHITECTURE, DSPARK_ARCHITECTURE, DFlash2Draft, DSparkDraft
+    from ..models import family_of_architecture
 
-    classes = {DFLASH2_ARCHITECTURE: DFlash2Draft, DSPARK_ARCHITECTURE: DSparkDraft}
-    if architecture not in classes:
-        raise ExportError(
-            f"unknown draft architecture {architecture!r}; expected one of {sorted(classes)}"
-        )
-    return classes[architecture]
+    try:
+        return family_of_architecture(architecture).model_class
+    except ValueError as exc:
+        raise ExportError(str(exc)) from None
 
 
 def verify_draft_files(folder: Path, *, action: str) -> None:

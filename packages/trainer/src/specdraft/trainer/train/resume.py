@@ -57,16 +57,13 @@ def resume_trainer(
     for change in loaded.changes:
         if ctx.is_main:
             log.warning("resuming with a changed data order (--allow-changed): %s", change)
-    restore_data_state = getattr(trainer.source, "restore_data_state", None)
-    saved = loaded.state.get("sampler")
-    if restore_data_state is not None:
-        if saved is None:
-            raise ValueError(
-                f"cannot resume from {checkpoint}: its trainer_state.json has no sampler state, "
-                "so the data order cannot be checked; resume from a checkpoint written by this "
-                "version, or start a new run"
-            )
-        trainer.epoch, trainer.window = restore_data_state(saved, allow_changed=allowed)
+    # Local data checks and restores the sampler's position; a disaggregated source keeps its
+    # own (the producer's ledger) and leaves the checkpoint's (epoch, window) as they are.
+    position = trainer.source.restore_data_state(
+        loaded.state.get("sampler"), allow_changed=allowed, origin=checkpoint
+    )
+    if position is not None:
+        trainer.epoch, trainer.window = position
     apply_learning_rate(trainer, learning_rate, ctx=ctx)
     if ctx.is_main:
         dropped = trainer.writer.truncate_after(trainer.step)

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,18 +36,22 @@ def rank_main(
     resume: str | None,
     progress: bool = True,
     allow_changed: tuple[str, ...] = (),
+    build: Callable[..., Any] | None = None,
 ) -> dict[str, Any]:
     """What every trainer rank runs (picklable for the elastic launcher).
 
     `allow_changed` names the data-order fields a resume may find changed (`--allow-changed`).
+    `build` makes the trainer (`build_trainer`'s signature; default: the local data path); a
+    disaggregated run's ranks pass theirs (`specdraft.trainer.disagg.consumer.rank_main`), so
+    this package never imports the runtime that imports it.
     """
-    from ..disagg.http_json import private_files
+    from ..runtime.http_json import private_files
 
     # A rank's process is the run: checkpoints (torch's DCP writer), metrics.jsonl and
     # summary.json are written by code that takes the umask's mode, so set a private one here,
     # at the entry point, not at import (library callers keep theirs once this returns).
     with private_files():
-        return _run_rank(config_path, overrides, resume, progress, allow_changed)
+        return _run_rank(config_path, overrides, resume, progress, allow_changed, build)
 
 
 def _run_rank(
@@ -55,26 +60,26 @@ def _run_rank(
     resume: str | None,
     progress: bool,
     allow_changed: tuple[str, ...],
+    build: Callable[..., Any] | None,
 ) -> dict[str, Any]:
     """`rank_main` under the private umask: build the trainer, fit, write summary.json."""
     from ..runtime import init_distributed, shutdown_distributed
 
     config = load_config(config_path, overrides)
+    if build is None and config.deployment.mode == "disaggregated":
+        raise ValueError(
+            f"{config_path}: deployment.mode = 'disaggregated': the ranks read windows from a "
+            f"producer; run them with specdraft.trainer.disagg.consumer.rank_main (`specdraft "
+            f"train` does)"
+        )
     ctx = init_distributed()
     configure_logging(ctx.rank)
     try:
-        if config.deployment.mode == "disaggregated":
-            from ..disagg.trainer_side import build_disaggregated_trainer
-
-            trainer = build_disaggregated_trainer(
-                config, ctx, resume=resume, progress=progress, allow_changed=allow_changed
-            )
-        else:
+        if build is None:
             from .assembly import build_trainer
 
-            trainer = build_trainer(
-                config, ctx, resume=resume, progress=progress, allow_changed=allow_changed
-            )
+            build = build_trainer
+        trainer = build(config, ctx, resume=resume, progress=progress, allow_changed=allow_changed)
         result = trainer.fit()
         summary = result.summary()
         if ctx.is_main:
@@ -87,15 +92,15 @@ def _run_rank(
 
 
 @dataclass(frozen=True)
-class RunPlan:
+class DryRunPlan:
     """What `specdraft train --dry-run` prints."""
 
     lines: list[str]
 
 
-def dry_run_plan(config: Config, *, world_size: int) -> RunPlan:
+def dry_run_plan(config: Config, *, world_size: int) -> DryRunPlan:
     """Validate set-up without the cluster: build the draft on the meta device and plan."""
-    from ..models import build_draft, load_target_config
+    from ..models import build_draft, family_of, load_target_config
 
     target_config = load_target_config(config.model.target)
     draft = build_draft(config.model, target_config, dtype=torch.float32, device="meta")
@@ -122,7 +127,7 @@ def dry_run_plan(config: Config, *, world_size: int) -> RunPlan:
     dtype_bytes = 2 if device.startswith("cuda") else 4  # bf16 on GPU, fp32 on CPU
     frozen_bytes = 2 * vocab * hidden * dtype_bytes
     # Each rank's micro-batch features: [micro, max_length, L*H (+ H for DSpark)].
-    width = hidden * (len(config.model.target_layer_ids) + (config.model.algorithm == "dspark"))
+    width = family_of(config).input_width(hidden, len(config.model.target_layer_ids))
     features_bytes = training.micro_batch_size * config.data.max_length * width * dtype_bytes
     lines = [
         f"config:      {config.run_id} ({config.model.algorithm}, block {bs}, "
@@ -145,7 +150,7 @@ def dry_run_plan(config: Config, *, world_size: int) -> RunPlan:
         f"target:      {in_process_target_line(config, target_config, dtype_bytes)}",
         f"output:      {config.output_dir}",
     ]
-    return RunPlan(lines)
+    return DryRunPlan(lines)
 
 
 def _grid_line(shapes: ShapePolicy) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -140,6 +141,7 @@ class LocalBatchSource:
         grad_accum_steps: int,
         rank: int,
         features: FeatureFn | None = None,
+        fingerprint: str = "",
     ) -> None:
         self.dataset = dataset
         self.sampler = sampler
@@ -147,6 +149,8 @@ class LocalBatchSource:
         self.accum = grad_accum_steps
         self.rank = rank
         self.features = features
+        # The data fingerprint (build_dataset's), recorded in checkpoints.
+        self.fingerprint = fingerprint
 
     def micro_batches_per_epoch(self) -> int:
         """Micro-batches per rank per epoch (the sampler pads it to a multiple of accum)."""
@@ -173,15 +177,25 @@ class LocalBatchSource:
         return self.sampler.state_dict(consumed=window * self.accum)
 
     def restore_data_state(
-        self, state: dict[str, Any], *, allow_changed: Sequence[str] = ()
+        self, state: dict[str, Any] | None, *, allow_changed: Sequence[str] = (), origin: Path
     ) -> tuple[int, int]:
         """Load a saved sampler state; return the (epoch, window) to continue from.
 
         The sampler refuses a state saved with other data-order settings, naming the field,
-        unless the field is in `allow_changed`.
+        unless the field is in `allow_changed`. `origin` is the checkpoint, for the errors.
         """
+        if state is None:
+            raise ValueError(
+                f"cannot resume from {origin}: its trainer_state.json has no sampler state, "
+                "so the data order cannot be checked; resume from a checkpoint written by this "
+                "version, or start a new run"
+            )
         self.sampler.load_state_dict(state, allow_changed=allow_changed)
         return self.sampler.epoch, self.sampler.position // self.accum
+
+    def stats(self) -> dict[str, float]:
+        """No data-side counters for local data."""
+        return {}
 
     def batch(self, indices: Sequence[int]) -> dict[str, Any]:
         """Collate, feature and place one micro-batch (a dummy for an empty one)."""

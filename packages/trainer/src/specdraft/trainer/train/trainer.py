@@ -12,22 +12,25 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 from torch import nn
+from transformers import PretrainedConfig
 
 from specdraft.collate import ANCHOR_WIDTH
 
 from ..backends import (
+    Backend,
     compiled_graph_count,
     explain_recompile_limit,
     forbid_recompiles,
-    gradient_sync,
 )
+from ..models.spec import DraftTrainSpec
+from ..models.target import TargetHead
 from ..runtime import DistContext, all_reduce_sum
 from .checkpoint import LoadedCheckpoint, find_latest, save_checkpoint
 from .metrics import MetricsWriter, PerfClock, peak_memory_mb
@@ -38,17 +41,60 @@ log = logging.getLogger(__name__)
 class BatchSource(Protocol):
     """Micro-batches for this rank, epoch by epoch, resumable at any optimizer window."""
 
+    # What the data is (checkpoints record it, so a resume with other data is refused).
+    fingerprint: str
+
     def micro_batches_per_epoch(self) -> int:
         """Micro-batches per rank per epoch (a multiple of grad_accum_steps)."""
+        ...
 
     def windows(self, epoch: int, start_window: int) -> Iterator[list[Mapping[str, Any]]]:
         """Yield this rank's optimizer windows (lists of collated batches) from `start_window`."""
+        ...
 
     def warmup_batches(self) -> list[Mapping[str, Any]]:
         """One dummy batch per static length (empty when lengths are dynamic)."""
+        ...
 
     def acknowledge(self, epoch: int, window: int) -> None:
         """Tell the data side that a window was trained (disaggregated runs free its features)."""
+        ...
+
+    def data_state(self, epoch: int, window: int) -> dict[str, Any] | None:
+        """The data position a checkpoint saves (None: the data side keeps its own)."""
+        ...
+
+    def restore_data_state(
+        self, state: dict[str, Any] | None, *, allow_changed: Sequence[str], origin: Path
+    ) -> tuple[int, int] | None:
+        """Load a checkpoint's data position; the (epoch, window) to continue from, or None."""
+        ...
+
+    def stats(self) -> dict[str, float]:
+        """Extra per-step metrics of the data side, logged by rank 0 (empty for local data)."""
+        ...
+
+
+class Evaluator(Protocol):
+    """What Trainer.fit runs every eval_interval steps and at the end (tau on held-out data)."""
+
+    def evaluate(self, model: nn.Module) -> dict[str, Any]:
+        """Metrics of the draft `model`, the same on every rank."""
+        ...
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """Where a run writes and what every checkpoint of it records."""
+
+    output_dir: Path
+    writer: MetricsWriter
+    # What a checkpoint must agree on with the config that resumes it (assembly.run_fingerprint).
+    fingerprint: dict[str, Any]
+    # The draft's HF config, saved next to the weights so SGLang can load a checkpoint.
+    draft_config: PretrainedConfig
+    # Saved into trainer_state.json as is (the export dtype, the run id).
+    extra_state: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -67,6 +113,13 @@ class TrainSettings:
     compile_blocks: bool = False
     progress_bar: bool = True
     nonfinite_loss: str = "stop"  # 'stop' or 'skip' (training.nonfinite_loss)
+
+    def total_steps(self, micro_batches_per_epoch: int) -> int:
+        """Optimizer steps of a run whose source yields `micro_batches_per_epoch` per epoch."""
+        total = (micro_batches_per_epoch // self.grad_accum_steps) * self.num_epochs
+        if self.max_steps is not None:
+            total = min(total, self.max_steps)
+        return total
 
 
 class NonFiniteLossError(RuntimeError):
@@ -143,30 +196,39 @@ def _sum_metrics(acc: dict[str, torch.Tensor], metrics: Mapping[str, torch.Tenso
         acc[key] = acc[key] + value if key in acc else value.clone()
 
 
+@dataclass
+class _FitProgress:
+    """What one `fit` call accumulates as it goes."""
+
+    total: int  # optimizer steps of the run
+    clock: PerfClock
+    bar: Any  # a tqdm bar on rank 0, else None
+    history: list[StepRecord] = field(default_factory=list)
+    evals: list[dict[str, Any]] = field(default_factory=list)
+
+
 class Trainer:
-    """Runs the optimisation loop on a prepared (sharded, maybe compiled) draft."""
+    """Runs the optimisation loop on a prepared (sharded, maybe compiled) draft.
+
+    Built whole from its collaborators; `fit` reads top-down: `fit` -> `train_epoch` ->
+    `train_step` -> `forward_backward` and `optimizer_step`.
+    """
 
     def __init__(
         self,
         *,
-        model: nn.Module,
-        head: nn.Module,
-        spec: Any,
+        backend: Backend,
+        head: TargetHead,
+        spec: DraftTrainSpec,
         optimizer: torch.optim.Optimizer,
         scheduler: torch.optim.lr_scheduler.LRScheduler,
         source: BatchSource,
         settings: TrainSettings,
         ctx: DistContext,
-        output_dir: Path,
-        writer: MetricsWriter,
-        fingerprint: dict[str, Any],
-        evaluate: Callable[[nn.Module], dict[str, Any]] | None = None,
-        spec_for_epoch: Callable[[Any, int], Any] | None = None,
-        draft_config: Any | None = None,
-        extra_metrics: Callable[[], dict[str, float]] | None = None,
-        extra_state: dict[str, Any] | None = None,
+        output: RunOutput,
+        evaluator: Evaluator | None = None,
     ) -> None:
-        self.model = model
+        self.backend = backend
         self.head = head
         self.spec = spec
         self.optimizer = optimizer
@@ -174,14 +236,8 @@ class Trainer:
         self.source = source
         self.settings = settings
         self.ctx = ctx
-        self.output_dir = output_dir
-        self.writer = writer
-        self.fingerprint = fingerprint
-        self.evaluate = evaluate
-        self.spec_for_epoch = spec_for_epoch or (lambda spec, epoch: spec)
-        self.draft_config = draft_config
-        self.extra_metrics = extra_metrics
-        self.extra_state = dict(extra_state or {})
+        self.output = output
+        self.evaluator = evaluator
         self.step = 0
         self.epoch = 0
         self.window = 0  # next optimizer window inside the epoch
@@ -192,19 +248,219 @@ class Trainer:
         self.pad_lengths: list[int] = []
         # Anchor blocks each micro-batch of the last window computed (data/anchor_widths).
         self.anchor_widths: list[int] = []
+        # When the current step started (perf/step_ms and samples/s measure from here).
+        self._step_start = time.perf_counter()
+
+    @property
+    def model(self) -> nn.Module:
+        """The sharded draft the backend wraps."""
+        return self.backend.model
+
+    @property
+    def output_dir(self) -> Path:
+        """The run's folder (checkpoints, metrics)."""
+        return self.output.output_dir
+
+    @property
+    def writer(self) -> MetricsWriter:
+        """The run's metrics writer (rank 0 writes)."""
+        return self.output.writer
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """The run fingerprint every checkpoint records."""
+        return self.output.fingerprint
 
     # ------------------------------------------------------------------ plan
 
-    def windows_per_epoch(self) -> int:
-        """Optimizer steps per epoch on this rank (the same on every rank)."""
-        return self.source.micro_batches_per_epoch() // self.settings.grad_accum_steps
-
     def total_steps(self) -> int:
         """Optimizer steps the run will take."""
-        total = self.windows_per_epoch() * self.settings.num_epochs
-        if self.settings.max_steps is not None:
-            total = min(total, self.settings.max_steps)
-        return total
+        return self.settings.total_steps(self.source.micro_batches_per_epoch())
+
+    # ------------------------------------------------------------------- fit
+
+    def fit(self) -> FitResult:
+        """Train until the epochs or max_steps are done; checkpoint, evaluate and log on the way."""
+        total = self.total_steps()
+        self.model.train()
+        self.warmup()
+        run = _FitProgress(total, PerfClock(self.ctx.device), self._progress_bar(total))
+        if self.evaluator is not None and self.step == 0:
+            run.evals.append(self._run_eval())  # tau before training, the baseline of the run
+        self._step_start = time.perf_counter()
+        while self.step < total and self.epoch < self.settings.num_epochs:
+            self.train_epoch(run)
+            if self.step >= total:
+                break
+            self.epoch += 1
+            self.window = 0
+        if run.bar is not None:
+            run.bar.close()
+        if self.evaluator is not None and (not run.evals or run.evals[-1].get("step") != self.step):
+            run.evals.append(self._run_eval())
+        last_ckpt = self.save()
+        graphs = compiled_graph_count()
+        return FitResult(
+            final_step=self.step,
+            history=run.history,
+            evals=run.evals,
+            compile_graphs=graphs,
+            recompiles_after_warmup=graphs - self.graphs_after_warmup,
+            last_checkpoint=last_ckpt,
+        )
+
+    def train_epoch(self, run: _FitProgress) -> None:
+        """Train the windows of the current epoch from `self.window` on, or until `run.total`."""
+        spec = self.spec.for_epoch(self.epoch)
+        windows = self.source.windows(self.epoch, self.window)
+        while self.step < run.total:
+            with run.clock.data_wait():
+                window = next(windows, None)
+            if window is None:
+                return
+            record = self.train_step(window, spec, run.clock)
+            run.history.append(record)
+            if run.bar is not None:
+                run.bar.update(1)
+                run.bar.set_postfix(
+                    loss=f"{record.loss:.4f}", sps=f"{record.metrics['perf/samples_per_s']:.1f}"
+                )
+            self._after_step(record, run)
+
+    def train_step(
+        self, window: list[Mapping[str, Any]], spec: DraftTrainSpec, clock: PerfClock
+    ) -> StepRecord:
+        """One optimizer step on one window: forward/backward, all-reduce, step, record."""
+        settings = self.settings
+        with forbid_recompiles(settings.fail_on_recompile and settings.compile_blocks):
+            packed, sums, samples = self.forward_backward(window, spec, clock)
+            with clock.train_compute():
+                names = sorted(sums)
+                vector = torch.cat([packed] + [sums[k].reshape(-1) for k in names])
+                all_reduce_sum(vector)
+                grad_norm = self.optimizer_step(vector[1], vector[0])
+        self.source.acknowledge(self.epoch, self.window)
+        self.step += 1
+        self.window += 1
+        perf = clock.reset()
+        elapsed = time.perf_counter() - self._step_start
+        self._step_start = time.perf_counter()
+        return self._record(vector, names, sums, samples, perf, grad_norm, elapsed)
+
+    def _after_step(self, record: StepRecord, run: _FitProgress) -> None:
+        """Log, evaluate and checkpoint at their intervals."""
+        settings = self.settings
+        if self.step % settings.log_interval == 0 or self.step == run.total:
+            self.writer.write(self.step, {"epoch": self.epoch, **record.metrics})
+        if settings.eval_interval and self.step % settings.eval_interval == 0:
+            run.evals.append(self._run_eval())
+        if self.step % settings.save_interval == 0 and self.step < run.total:
+            self.save()
+
+    # ------------------------------------------------------------------ step
+
+    def forward_backward(
+        self, window: list[Mapping[str, Any]], spec: DraftTrainSpec, clock: PerfClock
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+        """Forward/backward every micro-batch of a window; return summed (num, den), metrics."""
+        device = self.ctx.device
+        numerator = torch.zeros((), device=device)
+        denominator = torch.zeros((), device=device)
+        sums: dict[str, torch.Tensor] = {}
+        samples = 0
+        last = len(window) - 1
+        self.pad_lengths = [int(batch["input_ids"].shape[1]) for batch in window]
+        self.anchor_widths = [int(batch.get(ANCHOR_WIDTH, spec.num_anchors)) for batch in window]
+        for index, batch in enumerate(window):
+            with clock.train_compute(), self.backend.gradient_sync(index == last):
+                out = self.model(batch, head=self.head, spec=spec)
+                out.numerator.backward()
+            numerator += out.numerator.detach().float()
+            denominator += out.denominator.detach().float()
+            _sum_metrics(sums, out.metrics)
+            samples += int(batch.get("num_real", batch["input_ids"].shape[0]))
+        return torch.stack([numerator, denominator]), sums, samples
+
+    def optimizer_step(
+        self, global_den: torch.Tensor, global_num: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Scale gradients to the exact token-weighted mean, clip, and step (unless the loss or
+        the gradient norm is not finite: then stop or skip, per settings.nonfinite_loss)."""
+        # FSDP averaged the gradients over ranks; the exact mean divides the rank sum by the
+        # global weight sum instead: multiply by world / global_den.
+        den = float(global_den)
+        factor = self.ctx.world_size / den if den > 0 else 0.0
+        for param in self.model.parameters():
+            if param.grad is not None:
+                param.grad.mul_(factor)
+        max_norm = self.settings.max_grad_norm if self.settings.max_grad_norm > 0 else math.inf
+        norm = self.backend.clip_grad_norm(max_norm)
+        # The loss and norm are all-reduced, so every rank takes the same branch here.
+        num = float(global_num) if global_num is not None else 0.0
+        if not (math.isfinite(num) and bool(torch.isfinite(norm))):
+            self._skip_nonfinite_step(num / den if den > 0 else num, float(norm))
+            self.scheduler.step()  # the schedule follows the step count, applied or not
+            return norm.detach().float()
+        if den > 0:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm.detach().float()
+
+    def _skip_nonfinite_step(self, loss: float, grad_norm: float) -> None:
+        """Drop this step's gradients; stop the run unless training.nonfinite_loss = 'skip'."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.settings.nonfinite_loss != "skip":
+            raise NonFiniteLossError(self.step + 1, loss, grad_norm, find_latest(self.output_dir))
+        self.skipped_steps += 1
+        if self.ctx.is_main:
+            log.warning(
+                "step %d: loss %s, gradient norm %s: not finite, step skipped (%d so far)",
+                self.step + 1,
+                loss,
+                grad_norm,
+                self.skipped_steps,
+            )
+
+    # ---------------------------------------------------------------- warmup
+
+    def warmup(self) -> None:
+        """Pre-warm every static (length, anchor width) cell: forward/backward, no step.
+
+        So no compile lands inside training: each cell's graphs (grad and no-grad block input)
+        and each length's no-grad evaluation forward (at num_anchors slots) are built here, on
+        dummy data with no loss weight.
+        """
+        batches = self.source.warmup_batches()
+        if not self.settings.compile_blocks or not batches:
+            self.graphs_after_warmup = compiled_graph_count()
+            return
+        start = time.perf_counter()
+        spec = self.spec.for_epoch(self.epoch)
+        with explain_recompile_limit():
+            for batch in batches:
+                out = self.model(batch, head=self.head, spec=spec)
+                out.numerator.backward()
+                # Drop the gradients before the next graph is traced: under FSDP1 the blocks'
+                # parameters are views of the flat parameter, whose gradient is sharded after
+                # backward, and Dynamo cannot fake a view whose base has a gradient of another
+                # size (training never traces with a sharded gradient: steps end with zero_grad).
+                self.optimizer.zero_grad(set_to_none=True)
+                # Evaluation predicts at num_anchors slots whatever the training width: one
+                # no-grad graph per length, built with that length's widest cell.
+                width = batch.get(ANCHOR_WIDTH, spec.num_anchors)
+                if self.evaluator is not None and width == spec.num_anchors:
+                    with torch.no_grad():
+                        predict = prediction_batch(batch, spec.num_anchors)
+                        self.model(predict, head=self.head, spec=spec)
+        self.graphs_after_warmup = compiled_graph_count()
+        if self.ctx.is_main:
+            log.info(
+                "pre-warmed %d static shape cell(s) in %.1f s: %d graphs compiled",
+                len(batches),
+                time.perf_counter() - start,
+                self.graphs_after_warmup,
+            )
 
     # ---------------------------------------------------------------- resume
 
@@ -221,200 +477,16 @@ class Trainer:
     def trainer_state(self) -> dict[str, Any]:
         """Everything besides weights and optimizer that an exact resume needs."""
         # The sampler's own state (local data), so a resume can check the data order it restores.
-        data_state = getattr(self.source, "data_state", None)
-        sampler = {"sampler": data_state(self.epoch, self.window)} if data_state else {}
+        data_state = self.source.data_state(self.epoch, self.window)
+        sampler = {"sampler": data_state} if data_state is not None else {}
         return {
-            **self.extra_state,
+            **self.output.extra_state,
             **sampler,
             "epoch": self.epoch,
             "window": self.window,
             "scheduler": self.scheduler.state_dict(),
             "fingerprint": self.fingerprint,
         }
-
-    # ---------------------------------------------------------------- warmup
-
-    def warmup(self) -> None:
-        """Pre-warm every static (length, anchor width) cell: forward/backward, no step.
-
-        So no compile lands inside training: each cell's graphs (grad and no-grad block input)
-        and each length's no-grad evaluation forward (at num_anchors slots) are built here, on
-        dummy data with no loss weight.
-        """
-        batches = self.source.warmup_batches()
-        if not self.settings.compile_blocks or not batches:
-            self.graphs_after_warmup = compiled_graph_count()
-            return
-        start = time.perf_counter()
-        spec = self.spec_for_epoch(self.spec, self.epoch)
-        with explain_recompile_limit():
-            for batch in batches:
-                out = self.model(batch, head=self.head, spec=spec)
-                out.numerator.backward()
-                # Drop the gradients before the next graph is traced: under FSDP1 the blocks'
-                # parameters are views of the flat parameter, whose gradient is sharded after
-                # backward, and Dynamo cannot fake a view whose base has a gradient of another
-                # size (training never traces with a sharded gradient: steps end with zero_grad).
-                self.optimizer.zero_grad(set_to_none=True)
-                # Evaluation predicts at num_anchors slots whatever the training width: one
-                # no-grad graph per length, built with that length's widest cell.
-                width = batch.get(ANCHOR_WIDTH, spec.num_anchors)
-                if self.evaluate is not None and width == spec.num_anchors:
-                    with torch.no_grad():
-                        predict = prediction_batch(batch, spec.num_anchors)
-                        self.model(predict, head=self.head, spec=spec)
-        self.graphs_after_warmup = compiled_graph_count()
-        if self.ctx.is_main:
-            log.info(
-                "pre-warmed %d static shape cell(s) in %.1f s: %d graphs compiled",
-                len(batches),
-                time.perf_counter() - start,
-                self.graphs_after_warmup,
-            )
-
-    # ------------------------------------------------------------------ step
-
-    def _train_window(
-        self, window: list[Mapping[str, Any]], spec: Any, clock: PerfClock
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
-        """Forward/backward every micro-batch of a window; return summed (num, den), metrics."""
-        device = self.ctx.device
-        numerator = torch.zeros((), device=device)
-        denominator = torch.zeros((), device=device)
-        sums: dict[str, torch.Tensor] = {}
-        samples = 0
-        last = len(window) - 1
-        self.pad_lengths = [int(batch["input_ids"].shape[1]) for batch in window]
-        self.anchor_widths = [int(batch.get(ANCHOR_WIDTH, spec.num_anchors)) for batch in window]
-        for index, batch in enumerate(window):
-            with clock.train_compute(), gradient_sync(self.model, index == last):
-                out = self.model(batch, head=self.head, spec=spec)
-                out.numerator.backward()
-            numerator += out.numerator.detach().float()
-            denominator += out.denominator.detach().float()
-            _sum_metrics(sums, out.metrics)
-            samples += int(batch.get("num_real", batch["input_ids"].shape[0]))
-        return torch.stack([numerator, denominator]), sums, samples
-
-    def _optimizer_step(
-        self, global_den: torch.Tensor, global_num: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """Scale gradients to the exact token-weighted mean, clip, and step (unless the loss or
-        the gradient norm is not finite: then stop or skip, per settings.nonfinite_loss)."""
-        # FSDP averaged the gradients over ranks; the exact mean divides the rank sum by the
-        # global weight sum instead: multiply by world / global_den.
-        den = float(global_den)
-        factor = self.ctx.world_size / den if den > 0 else 0.0
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        for param in params:
-            param.grad.mul_(factor)
-        if self.settings.max_grad_norm > 0:
-            if hasattr(self.model, "clip_grad_norm_"):  # FSDP1 knows its shards
-                norm = self.model.clip_grad_norm_(self.settings.max_grad_norm)
-            else:
-                norm = torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm)
-        else:
-            norm = torch.nn.utils.clip_grad_norm_(params, float("inf"))
-        if hasattr(norm, "full_tensor"):
-            norm = norm.full_tensor()
-        # The loss and norm are all-reduced, so every rank takes the same branch here.
-        num = float(global_num) if global_num is not None else 0.0
-        if not (math.isfinite(num) and bool(torch.isfinite(norm))):
-            self.optimizer.zero_grad(set_to_none=True)
-            loss = num / den if den > 0 else num
-            if self.settings.nonfinite_loss != "skip":
-                raise NonFiniteLossError(
-                    self.step + 1, loss, float(norm), find_latest(self.output_dir)
-                )
-            self.skipped_steps += 1
-            if self.ctx.is_main:
-                log.warning(
-                    "step %d: loss %s, gradient norm %s: not finite, step skipped (%d so far)",
-                    self.step + 1,
-                    loss,
-                    float(norm),
-                    self.skipped_steps,
-                )
-            self.scheduler.step()  # the schedule follows the step count, applied or not
-            return norm.detach().float()
-        if den > 0:
-            self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return norm.detach().float()
-
-    # ------------------------------------------------------------------- fit
-
-    def fit(self) -> FitResult:
-        """Train until the epochs or max_steps are done; checkpoint, evaluate and log on the way."""
-        settings = self.settings
-        total = self.total_steps()
-        self.model.train()
-        self.warmup()
-        history: list[StepRecord] = []
-        evals: list[dict[str, Any]] = []
-        if self.evaluate is not None and self.step == 0:
-            evals.append(self._run_eval())  # tau before training, the baseline of the run
-        last_ckpt: Path | None = None
-        clock = PerfClock(self.ctx.device)
-        bar = self._progress_bar(total)
-        step_start = time.perf_counter()
-        done = self.step >= total
-        while not done and self.epoch < settings.num_epochs:
-            spec = self.spec_for_epoch(self.spec, self.epoch)
-            windows = self.source.windows(self.epoch, self.window)
-            while True:
-                with clock.data_wait():
-                    window = next(windows, None)
-                if window is None:
-                    break
-                with forbid_recompiles(settings.fail_on_recompile and settings.compile_blocks):
-                    packed, sums, samples = self._train_window(window, spec, clock)
-                    with clock.train_compute():
-                        names = sorted(sums)
-                        vector = torch.cat([packed] + [sums[k].reshape(-1) for k in names])
-                        all_reduce_sum(vector)
-                        grad_norm = self._optimizer_step(vector[1], vector[0])
-                self.source.acknowledge(self.epoch, self.window)
-                self.step += 1
-                self.window += 1
-                perf = clock.reset()
-                elapsed = time.perf_counter() - step_start
-                step_start = time.perf_counter()
-                record = self._record(vector, names, sums, samples, perf, grad_norm, elapsed)
-                history.append(record)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(
-                        loss=f"{record.loss:.4f}",
-                        sps=f"{record.metrics['perf/samples_per_s']:.1f}",
-                    )
-                if self.step % settings.log_interval == 0 or self.step == total:
-                    self.writer.write(self.step, {"epoch": self.epoch, **record.metrics})
-                if settings.eval_interval and self.step % settings.eval_interval == 0:
-                    evals.append(self._run_eval())
-                if self.step % settings.save_interval == 0 and self.step < total:
-                    last_ckpt = self.save()
-                if self.step >= total:
-                    done = True
-                    break
-            if not done:
-                self.epoch += 1
-                self.window = 0
-        if bar is not None:
-            bar.close()
-        if self.evaluate is not None and (not evals or evals[-1].get("step") != self.step):
-            evals.append(self._run_eval())
-        last_ckpt = self.save()
-        graphs = compiled_graph_count()
-        return FitResult(
-            final_step=self.step,
-            history=history,
-            evals=evals,
-            compile_graphs=graphs,
-            recompiles_after_warmup=graphs - self.graphs_after_warmup,
-            last_checkpoint=last_ckpt,
-        )
 
     def save(self) -> Path:
         """Checkpoint the current step."""
@@ -425,15 +497,17 @@ class Trainer:
             optimizer=self.optimizer,
             state=self.trainer_state(),
             ctx=self.ctx,
-            draft_config=self.draft_config,
+            draft_config=self.output.draft_config,
         )
+
+    # --------------------------------------------------------------- logging
 
     def _run_eval(self) -> dict[str, Any]:
         self.model.eval()
         # Evaluation runs the graphs the warm-up built too: the same recompile rules apply.
         fail = self.settings.fail_on_recompile and self.settings.compile_blocks
         with torch.no_grad(), forbid_recompiles(fail):
-            result = dict(self.evaluate(self.model)) if self.evaluate else {}
+            result = dict(self.evaluator.evaluate(self.model)) if self.evaluator else {}
         self.model.train()
         result["step"] = self.step
         self.writer.write(self.step, {f"eval/{k}": v for k, v in result.items() if k != "step"})
@@ -479,8 +553,9 @@ class Trainer:
             graphs = compiled_graph_count()
             metrics["compile/graphs"] = graphs
             metrics["compile/recompiles_after_warmup"] = graphs - self.graphs_after_warmup
-        if self.extra_metrics is not None:
-            metrics.update(self.extra_metrics())
+        if self.ctx.is_main:
+            # Only rank 0 logs, and the data side's counters may cost a request to fetch.
+            metrics.update(self.source.stats())
         return StepRecord(
             step=self.step,
             loss=loss,

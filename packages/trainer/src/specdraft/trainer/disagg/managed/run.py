@@ -1,0 +1,258 @@
+"""Managed-local disaggregated training: one `specdraft train` runs every service on this machine.
+
+Start order (each health-checked before the next): the Mooncake master (store = "mooncake" with
+manage_master), the capture server(s) (the embedded one, or a managed SGLang),
+the producer, then the trainer ranks. Each runs a package entry point (`python -m
+specdraft.trainer.disagg.capture`, `... .producer`, `... .consumer`), never the CLI, which
+depends on this package. The trainers run as one more process (the elastic launcher needs its
+own main thread and signal handlers); their console output is passed through. While
+they run, the supervisor restarts a crashed producer (it resumes from its ledger) and stops the
+run, with the dead service's log tail, when any other service dies. Everything stops in reverse
+order at the end, on error and on Ctrl-C. Service logs are under `<output_dir>/logs/`.
+
+The run folder is made private (0700) and the run's secret is created in it (0600) before the
+first service starts; the capture servers, the producer and the trainers get it in
+$SPECDRAFT_RUN_SECRET, and every request between them carries it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from specdraft.config import Config, load_config
+
+from ...launch import LaunchPlan, RankFailed
+from ...runtime.distributed import cpu_thread_env, free_port
+from ...runtime.http_json import SECRET_ENV, HttpFailure, call_json, ensure_run_secret, run_folder
+from .supervisor import (
+    ServiceDied,
+    ServiceSpec,
+    Supervisor,
+    http_health,
+    producer_service,
+    tcp_health,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ManagedRunFailed(RuntimeError):
+    """A service or the trainers failed; the message says which and shows the log tail."""
+
+
+def capture_service(
+    config_path: str, overrides: Sequence[str], index: int, *, env: dict[str, str] | None = None
+) -> tuple[ServiceSpec, str]:
+    """The embedded capture server `index` as a supervised service, and its URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [
+        sys.executable,
+        "-m",
+        "specdraft.trainer.disagg.capture",
+        config_path,
+        "--port",
+        str(port),
+    ]
+    for item in overrides:
+        argv += ["--set", item]
+    return ServiceSpec(name=f"capture{index}", argv=argv, health=http_health(url), env=env), url
+
+
+def mooncake_service(config: Config) -> ServiceSpec:
+    """mooncake_master as a supervised service (bound to the configured loopback address)."""
+    from ..store.mooncake_master import master_command, split_address
+
+    cfg = config.deployment.disaggregated.mooncake
+    host, port = split_address(
+        cfg.master_address, field="deployment.disaggregated.mooncake.master_address"
+    )
+    return ServiceSpec(
+        name="mooncake_master",
+        argv=master_command(host, port, metrics_port=cfg.metrics_port),
+        health=tcp_health(host, port),
+    )
+
+
+def trainer_command(
+    config_path: str,
+    overrides: Sequence[str],
+    resume: str | None,
+    plan: LaunchPlan,
+    progress: bool,
+    allow_changed: Sequence[str] = (),
+) -> list[str]:
+    """The trainer ranks' process (managed = false: the services already run)."""
+    argv = [sys.executable, "-m", "specdraft.trainer.disagg.consumer", config_path]
+    for item in (*overrides, "deployment.disaggregated.managed=false"):
+        argv += ["--set", item]
+    argv += ["--nproc-per-node", str(plan.nproc_per_node), "--nnodes", str(plan.nnodes)]
+    if resume:
+        argv += ["--resume", resume]
+    if allow_changed:
+        # The trainers check the resumed fingerprint, so the user's override must reach them.
+        argv += ["--allow-changed", ",".join(allow_changed)]
+    if not progress:
+        argv.append("--no-progress")
+    return argv
+
+
+def run_managed(
+    config_path: str,
+    overrides: Sequence[str],
+    resume: str | None,
+    plan: LaunchPlan,
+    progress: bool = True,
+    allow_changed: Sequence[str] = (),
+) -> dict[str, Any] | None:
+    """Run a whole disaggregated training on this machine; return the trainers' summary.
+
+    `allow_changed` names the data-order fields the trainers' resume may find changed.
+    """
+    config = load_config(config_path, overrides)
+    dis = config.deployment.disaggregated
+    run_dir = Path(config.output_dir)
+    # output_dir keeps its mode (it may be `.`); what the run writes inside it is private.
+    run_folder(run_dir)
+    # Handed to every process this run starts; a request without it changes nothing.
+    secret_env = {SECRET_ENV: ensure_run_secret(run_dir)}
+    # The services start one after the other and each may take a while to load its model:
+    # say what is happening (a no-op when the caller configured logging already).
+    logging.basicConfig(
+        level=logging.INFO,
+        format="[managed] %(asctime)s %(levelname)s %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    supervisor = Supervisor(
+        run_dir, health_timeout_s=dis.health_timeout_s, shutdown_timeout_s=dis.shutdown_timeout_s
+    )
+    trainers: subprocess.Popen[bytes] | None = None
+    previous = _stop_on_sigterm()
+    try:
+        if dis.store == "mooncake" and dis.mooncake.manage_master:
+            supervisor.start(mooncake_service(config))
+        urls = list(dis.capture_urls)
+        embedded = 0 if urls or dis.capture != "embedded" else dis.num_capture_servers
+        threads = cpu_thread_env(plan.nproc_per_node + embedded)
+        if not urls:
+            urls = start_capture_servers(
+                supervisor, config, config_path, overrides, env={**threads, **secret_env}
+            )
+        producer = producer_service(
+            config_path,
+            run_dir,
+            max_restarts=dis.max_producer_restarts,
+            overrides=overrides,
+            capture_urls=urls,
+        )
+        producer.env = {**(producer.env or {}), **secret_env}
+        supervisor.start(producer)
+        log.info(
+            "services up (%s); starting %d trainer rank(s) (OMP_NUM_THREADS=%s)",
+            ", ".join(s.spec.name for s in supervisor.services),
+            plan.world_size,
+            {**os.environ, **threads}.get("OMP_NUM_THREADS", "torch's default"),
+        )
+        # Their stdout carries only their own summary, which this function returns for the
+        # caller to print: dropped, so the summary is printed once. Logs go to stderr.
+        trainers = subprocess.Popen(
+            trainer_command(config_path, overrides, resume, plan, progress, allow_changed),
+            stdout=subprocess.DEVNULL,
+            env={**os.environ, **threads, **secret_env},
+        )
+        while trainers.poll() is None:
+            supervisor.check()  # restarts the producer; raises ServiceDied for the others
+            time.sleep(supervisor.poll_s)
+        log.info("trainer ranks exited with status %d; stopping the services", trainers.returncode)
+        if trainers.returncode != 0:
+            raise RankFailed(
+                f"the trainer ranks exited with status {trainers.returncode} (their error is "
+                f"printed above; service logs are in {supervisor.log_dir})"
+            )
+    except BaseException as exc:
+        # Ctrl-C and SIGTERM too: the services run in sessions of their own and would outlive
+        # this process if it did not stop them.
+        if trainers is not None and trainers.poll() is None:
+            trainers.terminate()
+            try:
+                trainers.wait(timeout=dis.shutdown_timeout_s)
+            except subprocess.TimeoutExpired:
+                trainers.kill()
+        if isinstance(exc, RankFailed):
+            raise
+        if isinstance(exc, ServiceDied):
+            raise RankFailed(f"service {exc.name} died: {exc}") from None
+        raise
+    finally:
+        supervisor.stop_all()
+        log.info("services stopped (%s)", ", ".join(supervisor.stop_order) or "none started")
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    summary_file = run_dir / "summary.json"
+    return json.loads(summary_file.read_text()) if summary_file.is_file() else None
+
+
+def _stop_on_sigterm() -> Any:
+    """Turn SIGTERM into SystemExit so the services are stopped; the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def start_capture_servers(
+    supervisor: Supervisor,
+    config: Config,
+    config_path: str,
+    overrides: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+) -> list[str]:
+    """Start num_capture_servers capture servers (embedded or SGLang); return their URLs.
+
+    `env` goes to the embedded ones (their CPU thread share)."""
+    dis = config.deployment.disaggregated
+    urls = []
+    for index in range(dis.num_capture_servers):
+        if dis.capture == "sglang":
+            spec, url = sglang_service(config, index)
+        else:
+            spec, url = capture_service(config_path, overrides, index, env=env)
+        supervisor.start(spec)
+        urls.append(url)
+    return urls
+
+
+def sglang_service(config: Config, index: int) -> tuple[ServiceSpec, str]:
+    """A real SGLang server (python -m sglang.launch_server ...) as a supervised service."""
+    from ..capture.sglang_launcher import sglang_command
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    def answers(_process: object) -> bool:
+        # SGLang's /health answers 200 with an empty body once the model is loaded.
+        try:
+            call_json("GET", f"{url}/health", timeout=2.0)
+        except HttpFailure:
+            return False
+        return True
+
+    spec = ServiceSpec(
+        name=f"sglang{index}", argv=sglang_command(config, port=port), health=answers
+    )
+    return spec, url

@@ -1,0 +1,134 @@
+"""The embedded feature store: one file per object under the run folder, for one machine.
+
+Every process of a run (capture servers, producer, trainer ranks) opens the same folder; the
+file system is the only shared state, so nothing has to be started and nothing is lost when a
+process dies. A write goes to a private temporary file that is renamed over the key's path:
+rename is atomic within a file system, so a reader sees the whole object or none of it.
+Folders are created 0700 and objects 0600: target features reveal the training data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import uuid
+from pathlib import Path
+
+from ...runtime.http_json import private_dir
+from .base import StoreError, StoreKeyMissing
+
+# Temporary files carry this marker; they are never a key's path, because names in keys are
+# plain identifiers.
+_TMP_MARK = ".tmp-"
+
+
+class LocalFeatureStore:
+    """A `FeatureStore` of files under `root` (created if missing)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        try:
+            private_dir(self.root)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create the feature-store folder {self.root}: {exc}; check the run "
+                f"folder (config field output_dir) is writable"
+            ) from exc
+
+    def __repr__(self) -> str:
+        return f"LocalFeatureStore({str(self.root)!r})"
+
+    def _path(self, key: str) -> Path:
+        parts = key.split("/")
+        # Keys come from `sample_key`, but a store is a trust boundary for anything else that
+        # hands it a key: never let one step out of the root.
+        if not key or any(p in ("", ".", "..") or _TMP_MARK in p for p in parts):
+            raise ValueError(f"{key!r} is not a valid feature-store key")
+        return self.root.joinpath(*parts)
+
+    def put(self, key: str, data: bytes | memoryview) -> None:
+        """Write `data` atomically: temporary file, then rename over the key's path."""
+        path = self._path(key)
+        tmp = path.with_name(
+            f"{path.name}{_TMP_MARK}{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
+        )
+        # A concurrent `remove` of a sibling may prune the folder between mkdir and open: retry.
+        for retry in range(3):
+            try:
+                _make_folders(self.root, path.parent)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                os.replace(tmp, path)
+                return
+            except FileNotFoundError:
+                if retry == 2:
+                    raise StoreError(f"cannot write {key!r}: its folder keeps vanishing") from None
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                raise StoreError(f"cannot write {key!r} under {self.root}: {exc}") from exc
+
+    def get(self, key: str) -> bytearray:
+        """Read the whole object; StoreKeyMissing if there is none."""
+        try:
+            with open(self._path(key), "rb") as fh:
+                # Into a bytearray: the tensor reader wraps it without another copy.
+                data = bytearray(os.fstat(fh.fileno()).st_size)
+                fh.readinto(data)
+                return data
+        except FileNotFoundError:
+            raise StoreKeyMissing(f"no object {key!r} in the feature store {self.root}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot read {key!r} under {self.root}: {exc}") from exc
+
+    def remove(self, key: str, *, force: bool = True) -> None:
+        """Delete the object (no leases here, so `force` changes nothing); missing is fine."""
+        del force  # accepted for protocol parity with Mooncake, where it skips lease checks
+        path = self._path(key)
+        path.unlink(missing_ok=True)
+        # Prune the now-empty attempt and sample folders so a long run does not leave millions
+        # of empty directories behind; a folder a writer still uses is simply not empty.
+        for folder in (path.parent, path.parent.parent):
+            if folder == self.root:
+                break
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+    def exists(self, key: str) -> bool:
+        """Whether the key's file exists (temporary files never match a key)."""
+        return self._path(key).is_file()
+
+    def bytes_resident(self) -> int:
+        """Bytes of every object (and in-flight temporary file) under the root."""
+        total = 0
+        stack = [self.root]
+        while stack:
+            folder = stack.pop()
+            try:
+                entries = list(os.scandir(folder))
+            except FileNotFoundError:
+                continue  # pruned by a concurrent remove
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+                    else:
+                        total += entry.stat(follow_symlinks=False).st_size
+                except FileNotFoundError:
+                    continue
+        return total
+
+    def close(self) -> None:
+        """Nothing to release: the objects stay on disk for the other processes."""
+
+
+def _make_folders(root: Path, folder: Path) -> None:
+    # mkdir(parents=True) would create the intermediate folders with the umask's mode.
+    for part in reversed([folder, *folder.parents]):
+        if part == root or root not in part.parents:
+            continue
+        with contextlib.suppress(FileExistsError):
+            part.mkdir(mode=0o700)

@@ -1,0 +1,363 @@
+"""The SGLang capture path: the launch command, the managed launcher (driving the stub through
+the same code path as real SGLang), and the client's parsing and checks of SGLang replies."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import sglang_stub
+import torch
+from disagg_support import build_random_target, make_config, reference_features
+from sglang_stub import SGLangStub
+
+from specdraft.trainer.disagg.capture import ManagedSGLang, SGLangCaptureClient, sglang_command
+from specdraft.trainer.disagg.capture.sglang_client import generate_payload, split_sglang_hidden
+from specdraft.trainer.disagg.capture.target import load_capture_target
+from specdraft.trainer.disagg.store import LocalFeatureStore, read_sample
+from specdraft.trainer.disagg.wire import (
+    CaptureMismatch,
+    CaptureRejected,
+    CaptureRequest,
+    capture_spec,
+)
+from specdraft.trainer.runtime.http_json import call_json
+from specdraft.trainer.runtime.service_process import ServiceError, ServiceProcess
+
+# The stub stands in for `sglang.launch_server`: the launcher starts it as `python -m sglang_stub`.
+STUB = "sglang_stub"
+PROMPT = [3, 17, 42, 99, 7, 250, 1, 64]
+MASK = [0, 0, 1, 1, 1, 0, 1, 1]
+
+
+@pytest.fixture(autouse=True)
+def stub_importable(monkeypatch):
+    """Child Pythons (the launched stub, the interface probe) find the stub in tests/support."""
+    support = str(Path(sglang_stub.__file__).parent)
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [support, os.environ.get("PYTHONPATH")]))
+    )
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> Path:
+    return build_random_target(tmp_path_factory.mktemp("target"))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ------------------------------------------------------------------------------ launch command
+
+
+@pytest.mark.parametrize(("algorithm", "flag"), [("dflash2", "DFLASH"), ("dspark", "DSPARK")])
+def test_the_launch_command_asks_sglang_0_5_23_for_the_tapped_layers(tmp_path, algorithm, flag):
+    cfg = make_config(
+        Path("/models/qwen3-8b"),
+        tmp_path,
+        algorithm=algorithm,
+        layer_ids=(9, 1, 17),
+        disaggregated={"capture": "sglang", "sglang_args": ["--tp-size", "2"]},
+    )
+    cmd = sglang_command(cfg, port=31000, interface="0.5.23")
+    assert cmd[:3] == [sys.executable, "-m", "sglang.launch_server"]
+    joined = " ".join(cmd)
+    assert "--model-path /models/qwen3-8b --host 127.0.0.1 --port 31000" in joined
+    for needed in (
+        "--enable-return-hidden-states",
+        "--enable-return-aux-hidden-states",
+        "--disable-radix-cache",
+    ):
+        assert needed in cmd
+    assert cmd[cmd.index("--speculative-algorithm") + 1] == flag
+    # The layers, ascending: the order SGLang returns them in whatever it is given.
+    assert "--return-aux-hidden-state-layer-ids 1 9 17 --tp-size 2" in joined
+    # The user's sglang_args come last, so they can override anything before them.
+    assert cmd[-2:] == ["--tp-size", "2"]
+    assert sglang_command(cfg, port=1, module="my.stub", interface="0.5.23")[:3] == [
+        sys.executable,
+        "-m",
+        "my.stub",
+    ]
+
+
+@pytest.mark.parametrize("algorithm", ["dflash2", "dspark"])
+def test_the_later_interface_names_the_capture_without_a_speculative_algorithm(tmp_path, algorithm):
+    cfg = make_config(
+        Path("/m"),
+        tmp_path,
+        algorithm=algorithm,
+        layer_ids=(3, 1),
+        disaggregated={"capture": "sglang", "sglang_interface": "aux-capture"},
+    )
+    cmd = sglang_command(cfg, port=1)  # forced by the config: nothing is detected
+    joined = " ".join(cmd)
+    method = {"dflash2": "dflash", "dspark": "dspark"}[algorithm]
+    assert f"--aux-hidden-state-capture {method} --aux-hidden-state-layer-ids 1 3" in joined
+    assert "--speculative-algorithm" not in cmd
+    assert "--enable-return-aux-hidden-states" not in cmd
+
+
+# ------------------------------------------------------ the managed launcher, with the stub
+
+
+@pytest.mark.slow
+def test_managed_launch_serves_captures_through_the_sglang_api(target, tmp_path):
+    # Unsorted layers: SGLang returns them in layer order, the client restores config order.
+    layer_ids = (2, 0)
+    cfg = make_config(
+        target,
+        tmp_path,
+        layer_ids=layer_ids,
+        disaggregated={"capture": "sglang", "health_timeout_s": 120},
+    )
+    log = tmp_path / "logs" / "sglang.log"
+    store = LocalFeatureStore(tmp_path / "fs")
+    with ManagedSGLang(cfg, port=_free_port(), log_path=log, module=STUB) as server:
+        assert server.healthy()
+        for path in ("/health_generate", "/get_model_info", "/get_server_info"):
+            call_json("GET", server.url + path, timeout=30)
+        client = SGLangCaptureClient(
+            server.url, capture_spec(layer_ids, 64, algorithm="dflash2"), store, dtype="float32"
+        )
+        client.verify_server(timeout=10)
+        assert client.health(timeout=5)
+        reply = client.capture(CaptureRequest("testrun", 4, 0, PROMPT, MASK), timeout=60)
+    assert not server.alive()
+    assert "serving" in log.read_text()  # the server's own output streams to the log file
+    sample = read_sample(store, reply)
+    hidden, _ = reference_features(target, PROMPT, list(layer_ids))
+    torch.testing.assert_close(sample["hidden_states"], hidden, rtol=1e-5, atol=1e-5)
+    assert sample["input_ids"].tolist() == PROMPT and sample["loss_mask"].tolist() == MASK
+
+
+@pytest.mark.slow
+def test_a_server_that_exits_fails_the_launch_with_its_log_tail(target, tmp_path):
+    # A draft path: the stub refuses it at once, as SGLang's validation hook does.
+    cfg = make_config(
+        target,
+        tmp_path,
+        disaggregated={
+            "capture": "sglang",
+            "sglang_args": ["--speculative-draft-model-path", "/models/draft"],
+        },
+    )
+    server = ManagedSGLang(cfg, port=_free_port(), log_path=tmp_path / "s.log", module=STUB)
+    with pytest.raises(ServiceError, match=r"exited with code 1(.|\n)*speculative-draft-model"):
+        server.start()
+
+
+@pytest.mark.slow
+def test_the_launcher_detects_the_later_interface_of_the_stub(target, tmp_path, monkeypatch):
+    # The stub speaks the post-0.5.23 flags; the launcher must find that out by itself.
+    monkeypatch.setenv("SPECDRAFT_SGLANG_STUB_INTERFACE", "aux-capture")
+    cfg = make_config(
+        target,
+        tmp_path,
+        layer_ids=(2, 0),
+        disaggregated={"capture": "sglang", "health_timeout_s": 120},
+    )
+    log = tmp_path / "sglang.log"
+    with ManagedSGLang(cfg, port=_free_port(), log_path=log, module=STUB) as server:
+        assert "--aux-hidden-state-capture" in server.command
+        client = SGLangCaptureClient(
+            server.url, capture_spec((2, 0), 64, algorithm="dflash2"), LocalFeatureStore(tmp_path)
+        )
+        reply = client.capture(CaptureRequest("testrun", 1, 0, PROMPT, MASK), timeout=60)
+    assert reply.sample_id == 1
+
+
+def test_a_service_that_never_gets_healthy_times_out_and_is_stopped(tmp_path):
+    service = ServiceProcess(
+        "sleeper",
+        [sys.executable, "-c", "print('starting'); import time; time.sleep(60)"],
+        tmp_path / "sleeper.log",
+    )
+    with pytest.raises(ServiceError, match=r"not ready within 0.5 s(.|\n)*starting"):
+        service.wait_ready(lambda: False, timeout=0.5, what="ready")
+    assert not service.alive()
+
+
+# ------------------------------------------------- the client against the in-process stub
+
+
+@pytest.fixture(scope="module")
+def stub_target(target):
+    return load_capture_target(target, [0, 2], dtype="float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dspark_capture_takes_the_final_state_after_the_layers(
+    target, stub_target, tmp_path, dtype
+):
+    store = LocalFeatureStore(tmp_path)
+    spec = capture_spec([0, 2], 64, algorithm="dspark")
+    with SGLangStub(
+        stub_target, model_path=str(target), speculative_algorithm="DSPARK", final_state=True
+    ) as stub:
+        reply = SGLangCaptureClient(stub.url, spec, store, dtype=dtype).capture(
+            CaptureRequest("testrun", 1, 3, PROMPT, MASK), timeout=60
+        )
+    sample = read_sample(store, reply)
+    hidden, last = reference_features(target, PROMPT, [0, 2])
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == "float32" else {"rtol": 1e-2, "atol": 1e-2}
+    assert sample["target_last_hidden_states"].dtype == getattr(torch, dtype)
+    torch.testing.assert_close(sample["target_last_hidden_states"].float(), last, **tol)
+    torch.testing.assert_close(sample["hidden_states"].float(), hidden, **tol)
+
+
+def test_dspark_refuses_a_server_that_returns_only_the_layers(target, stub_target, tmp_path):
+    store = LocalFeatureStore(tmp_path)
+    spec = capture_spec([0, 2], 64, algorithm="dspark")
+    # Stock SGLang with --speculative-algorithm DSPARK: the tapped layers only.
+    with (
+        SGLangStub(stub_target, model_path=str(target), speculative_algorithm="DSPARK") as stub,
+        pytest.raises(CaptureMismatch, match=r"final hidden state(.|\n)*specdraft-sglang-plugin"),
+    ):
+        SGLangCaptureClient(stub.url, spec, store).capture(
+            CaptureRequest("testrun", 1, 0, PROMPT, MASK), timeout=60
+        )
+    assert store.bytes_resident() == 0
+
+
+@pytest.mark.parametrize("plugin", [False, True])
+def test_a_dspark_run_on_sglang_stops_before_training_without_the_final_state(
+    target, stub_target, tmp_path, plugin
+):
+    from specdraft.trainer.disagg.producer.main import ProducerSetupError, capture_clients
+
+    cfg = make_config(target, tmp_path, algorithm="dspark", disaggregated={"capture": "sglang"})
+    store = LocalFeatureStore(tmp_path / "fs")
+    with SGLangStub(
+        stub_target, model_path=str(target), speculative_algorithm="DSPARK", final_state=plugin
+    ) as stub:
+        if plugin:
+            # The start-up probe proved the final state: the producer gets its client.
+            (client,) = capture_clients(cfg, [stub.url], store)
+            assert client.url == stub.url
+        else:
+            with pytest.raises(ProducerSetupError) as caught:
+                capture_clients(cfg, [stub.url], store)
+            message = str(caught.value)
+            assert "stops before training" in message
+            assert "pip install --no-deps specdraft-sglang-plugin" in message
+            assert "capture = 'embedded'" in message
+    assert store.bytes_resident() == 0  # the probe stores nothing
+
+
+def test_a_server_without_aux_capture_is_rejected_by_width(target, stub_target, tmp_path):
+    spec = capture_spec([0, 2], 64, algorithm="dflash2")
+    with (
+        SGLangStub(stub_target, model_path=str(target), aux_capture=False) as stub,
+        pytest.raises(CaptureMismatch, match="rows of 64 values, expected 2 layers"),
+    ):
+        SGLangCaptureClient(stub.url, spec, LocalFeatureStore(tmp_path)).capture(
+            CaptureRequest("testrun", 1, 0, PROMPT, MASK), timeout=60
+        )
+
+
+def test_a_server_without_hidden_states_is_named_with_the_flag(target, stub_target, tmp_path):
+    spec = capture_spec([0, 2], 64, algorithm="dflash2")
+    with SGLangStub(stub_target, model_path=str(target), return_hidden_states=False) as stub:
+        client = SGLangCaptureClient(stub.url, spec, LocalFeatureStore(tmp_path))
+        with pytest.raises(CaptureRejected, match="--enable-return-hidden-states"):
+            client.verify_server(timeout=10)
+        with pytest.raises(CaptureRejected, match="400"):
+            client.capture(CaptureRequest("testrun", 1, 0, PROMPT, MASK), timeout=60)
+
+
+# ------------------------------------------------------ parsing SGLang's meta_info.hidden_states
+
+SPEC = capture_spec([3, 1], 2, algorithm="dflash2")
+REQUEST = CaptureRequest("run", 7, 1, [10, 11, 12], [0, 1, 1])
+# Rows as SGLang sends them: layer 1 then layer 3 (ascending), 2 values each.
+ROWS = [[1.0, 1.5, 3.0, 3.5], [2.0, 2.5, 4.0, 4.5], [5.0, 5.5, 6.0, 6.5]]
+
+
+def _body(**meta):
+    base = {"id": "run/7/g1", "prompt_tokens": 3, "hidden_states": [ROWS]}
+    return {"text": "", "meta_info": {**base, **meta}}
+
+
+def test_the_request_asks_for_one_token_and_the_hidden_states():
+    payload = generate_payload(REQUEST)
+    assert payload["input_ids"] == [10, 11, 12]
+    assert payload["sampling_params"]["max_new_tokens"] == 1
+    assert payload["return_hidden_states"] is True
+    assert payload["rid"] == "run/7/g1"
+
+
+def test_layers_come_back_in_config_order():
+    hidden, last = split_sglang_hidden(_body(), REQUEST, SPEC)
+    assert last is None
+    assert hidden.tolist() == [[3.0, 3.5, 1.0, 1.5], [4.0, 4.5, 2.0, 2.5], [6.0, 6.5, 5.0, 5.5]]
+
+
+def test_decode_rows_after_the_prompt_are_ignored_and_batch_answers_accepted():
+    body = _body(hidden_states=[ROWS, [9.0, 9.0, 9.0, 9.0]])
+    hidden, _ = split_sglang_hidden([body], REQUEST, SPEC)
+    assert hidden.shape == (3, 4)
+
+
+def test_a_separate_last_hidden_states_field_is_used_for_dspark():
+    spec = capture_spec([3, 1], 2, algorithm="dspark")
+    final = [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]
+    _, last = split_sglang_hidden(_body(last_hidden_states=final), REQUEST, spec)
+    assert torch.allclose(last, torch.tensor(final))
+
+
+@pytest.mark.parametrize(
+    ("meta", "message"),
+    [
+        ({"id": "run/7/g0"}, "answers request"),
+        ({"prompt_tokens": 4}, "saw 4 prompt tokens"),
+        ({"hidden_states": [ROWS[:2]]}, "2 hidden-state rows for a 3-token prompt"),
+        ({"hidden_states": [[r[:3] for r in ROWS]]}, "rows of 3 values"),
+        ({"hidden_states": [[ROWS[0], ROWS[1][:2], ROWS[2]]]}, "ragged"),
+        ({"hidden_states": None}, "--enable-return-hidden-states"),
+        ({"last_hidden_states": [[0.0, 0.0]]}, "last_hidden_states has shape"),
+    ],
+)
+def test_wrong_sglang_replies_are_mismatches(meta, message):
+    with pytest.raises(CaptureMismatch, match=message):
+        split_sglang_hidden(_body(**meta), REQUEST, SPEC)
+
+
+def test_an_answer_without_meta_info_is_a_mismatch():
+    with pytest.raises(CaptureMismatch, match="no meta_info"):
+        split_sglang_hidden({"text": "hi"}, REQUEST, SPEC)
+
+
+# ------------------------------------------------- payloads of SGLang 0.5.23's real shape
+# batch_result_processor appends one 2-D entry per prefill chunk, decode steps extend the list
+# with 1-D rows, and output_streamer cuts the entries to finished_len.
+
+
+def test_several_prefill_chunks_are_joined_and_decode_rows_dropped():
+    # Chunked prefill of 2 + 1 rows, then one decode row: finished_len = 3 keeps all of it.
+    body = _body(hidden_states=[ROWS[:2], ROWS[2:], [7.0, 7.0, 7.0, 7.0]])
+    hidden, _ = split_sglang_hidden(body, REQUEST, SPEC)
+    assert hidden.tolist() == [[3.0, 3.5, 1.0, 1.5], [4.0, 4.5, 2.0, 2.5], [6.0, 6.5, 5.0, 5.5]]
+
+
+def test_chunks_cut_away_by_finished_len_are_a_mismatch_naming_the_flags():
+    # finished_len = 1 (one generated token) keeps only the first of two prefill chunks.
+    chunks = [ROWS[:2], ROWS[2:]]
+    body = _body(hidden_states=chunks[:1])
+    with pytest.raises(CaptureMismatch, match="2 hidden-state rows for a 3-token prompt") as err:
+        split_sglang_hidden(body, REQUEST, SPEC)
+    assert "--chunked-prefill-size -1" in str(err.value)
+
+
+def test_the_launch_command_prefills_each_prompt_in_one_chunk(tmp_path):
+    cfg = make_config(Path("/m"), tmp_path, disaggregated={"capture": "sglang"})
+    for interface in ("0.5.23", "aux-capture"):
+        cmd = sglang_command(cfg, port=1, interface=interface)
+        assert cmd[cmd.index("--chunked-prefill-size") + 1] == "-1"

@@ -1,0 +1,97 @@
+"""One DraftFamily per model.algorithm: the classes it binds are what gets built, exported and
+loaded, and the target features it declares are what the draft reads and the data path makes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from train_support import tiny_run
+
+from specdraft.config import validate_config
+from specdraft.trainer.features.meta import (
+    FeatureMismatch,
+    check_feature_meta,
+    expected_feature_meta,
+)
+from specdraft.trainer.integrity import write_manifest
+from specdraft.trainer.models import (
+    TargetFeatureExtractor,
+    build_draft,
+    family_for,
+    family_of,
+    load_target_config,
+)
+from specdraft.trainer.train.export import ExportError, draft_class_for, load_checkpoint_draft
+
+ALGORITHMS = ["dflash2", "dspark"]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_the_family_builds_its_classes_and_export_reads_them_back(
+    algorithm, draft_model_config, tmp_path
+):
+    cfg = draft_model_config(algorithm)
+    family = family_of(cfg)
+    assert family is family_for(algorithm) and family.name == algorithm
+    torch.manual_seed(0)
+    draft = build_draft(cfg, load_target_config(cfg.target), dtype=torch.float32)
+    assert type(draft) is family.model_class
+    assert type(draft.config) is family.config_class
+    # Checkpoints write the config alone (config.json next to the weights): it names the class too.
+    assert draft.config.architectures == [family.architecture]
+    # save_pretrained names the class in config.json: SGLang and export pick the family by it.
+    draft.save_pretrained(tmp_path)
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert written["architectures"] == [family.architecture]
+    assert draft_class_for(family.architecture) is family.model_class
+    write_manifest(tmp_path)  # what a checkpoint carries; loading verifies it
+    loaded = load_checkpoint_draft(tmp_path)
+    assert type(loaded) is family.model_class
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_the_declared_feature_widths_are_what_the_target_gives_and_the_draft_reads(
+    algorithm, draft_model_config, tiny_qwen3_target
+):
+    cfg = draft_model_config(algorithm)
+    family = family_of(cfg)
+    layers = list(tiny_qwen3_target.layer_ids)
+    hidden = tiny_qwen3_target.model.config.hidden_size
+    extractor = TargetFeatureExtractor(tiny_qwen3_target.model, layers)
+    ids = torch.arange(1, 9)[None]
+    taps, last = extractor(ids, torch.ones_like(ids))
+    assert taps.shape[-1] == family.feature_width(hidden, len(layers))
+    draft = build_draft(cfg, load_target_config(cfg.target), dtype=torch.float32, device="meta")
+    assert draft.fc.in_features == family.feature_width(hidden, len(layers))
+    # DSpark also reads the final hidden state; its forward refuses a batch without it.
+    expected_extra = ("target_last_hidden_states",) if algorithm == "dspark" else ()
+    assert family.extra_feature_keys == expected_extra
+    assert family.needs_last_hidden == bool(expected_extra)
+    extra_width = last.shape[-1] if family.needs_last_hidden else 0
+    assert family.input_width(hidden, len(layers)) == taps.shape[-1] + extra_width
+
+
+def test_a_feature_folder_made_for_the_other_family_is_refused_naming_the_field(
+    tiny_target_path, tmp_path
+):
+    base = tiny_run(tiny_target_path, tmp_path)
+    dflash2 = validate_config(base)
+    dspark = validate_config({**base, "model": {**base["model"], "algorithm": "dspark"}})
+    made_for_dflash2 = expected_feature_meta(dflash2)
+    assert made_for_dflash2["with_last_hidden"] is False
+    assert expected_feature_meta(dspark)["with_last_hidden"] is True
+    with pytest.raises(FeatureMismatch) as error:
+        check_feature_meta(made_for_dflash2, expected_feature_meta(dspark), tmp_path / "features")
+    message = str(error.value)
+    assert "with_last_hidden (model.algorithm" in message
+    assert str(tmp_path / "features") in message
+    assert "prepare-features" in message
+
+
+def test_unknown_algorithms_and_architectures_name_the_known_ones():
+    with pytest.raises(ValueError, match=r"model.algorithm = 'eagle3'.*'dflash2', 'dspark'"):
+        family_for("eagle3")
+    with pytest.raises(ExportError, match=r"LlamaForCausalLM.*DFlash2DraftModel.*Qwen3DSparkModel"):
+        draft_class_for("LlamaForCausalLM")
