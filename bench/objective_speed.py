@@ -36,7 +36,7 @@ from specdraft.trainer.models import DraftTrainSpec
 from specdraft.trainer.models.backbone import BlockTargets, DraftModel
 from specdraft.trainer.models.config import DFlash2Config, DSparkConfig
 from specdraft.trainer.models.dflash2 import DFlash2DraftModel
-from specdraft.trainer.models.dspark import Qwen3DSparkModel
+from specdraft.trainer.models.dspark import Qwen3DSparkModel, block_slots
 from specdraft.trainer.models.losses import (
     DraftLoss,
     chunked_sums,
@@ -128,13 +128,10 @@ def old_dspark_objective(
 ) -> DraftLoss:
     """DSpark's objective before: the target softmax always, the head on 4-D (strided) chunks."""
     block = model.block_size
-    labels = targets.gold[:, :, 1:]
-    previous = targets.gold[:, :, :block]
-    target_positions = targets.positions[:, :, :block]
-    contiguous = torch.cumprod(targets.supervised[:, :, 1:].to(torch.int64), dim=-1).bool()
-    loss_dtype = upcast(hidden).dtype
-    decay = decay_weights(block, spec.loss_decay_gamma, hidden.device, loss_dtype)
-    weights = contiguous.to(loss_dtype) * decay
+    # The slot targets did not change; only what follows them did.
+    labels, previous, target_positions, weights = block_slots(
+        targets, block, spec.loss_decay_gamma, hidden
+    )
     config = model.config
     markov, confidence = model.markov_head, model.confidence_head
 

@@ -28,6 +28,23 @@ from .spec import DraftTrainSpec
 from .target import TargetHead
 
 
+def block_slots(
+    targets: BlockTargets, block: int, gamma: float, hidden: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Each block slot's label, previous token, position and loss weight (DSpark's objective).
+
+    A slot's weight is the position decay while the block's supervision is unbroken and 0 after
+    the first unsupervised label: the draft cannot be accepted past it.
+    """
+    labels = targets.gold[:, :, 1:]
+    previous = targets.gold[:, :, :block]
+    positions = targets.positions[:, :, :block]
+    contiguous = torch.cumprod(targets.supervised[:, :, 1:].to(torch.int64), dim=-1).bool()
+    loss_dtype = upcast(hidden).dtype
+    decay = decay_weights(block, gamma, hidden.device, loss_dtype)
+    return labels, previous, positions, contiguous.to(loss_dtype) * decay
+
+
 class Qwen3DSparkModel(DraftModel):
     """The DSpark draft; the class name is the `architectures` entry SGLang loads it by."""
 
@@ -72,13 +89,9 @@ class Qwen3DSparkModel(DraftModel):
         and the metrics computed from it (`l1_sum`, `accept_sum`) are left out, not zeros.
         """
         block = self.block_size
-        labels = targets.gold[:, :, 1:]
-        previous = targets.gold[:, :, :block]
-        target_positions = targets.positions[:, :, :block]
-        contiguous = torch.cumprod(targets.supervised[:, :, 1:].to(torch.int64), dim=-1).bool()
-        loss_dtype = upcast(hidden).dtype
-        decay = decay_weights(block, spec.loss_decay_gamma, hidden.device, loss_dtype)
-        weights = contiguous.to(loss_dtype) * decay
+        labels, previous, target_positions, weights = block_slots(
+            targets, block, spec.loss_decay_gamma, hidden
+        )
         target_last = batch["target_last_hidden_states"]
         config = self.config
         markov, confidence = self.markov_head, self.confidence_head
