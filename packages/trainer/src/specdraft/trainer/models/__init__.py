@@ -10,11 +10,12 @@ from .config import (
     DSparkConfig,
 )
 from .dflash2 import DFlash2DraftModel
+from .documents import DocumentLayout, document_layout
 from .dspark import Qwen3DSparkModel
 from .factory import build_draft, draft_config_from
 from .family import DraftFamily, family_for, family_of, family_of_architecture
 from .losses import DraftLoss
-from .masks import build_block_mask, dense_block_mask, flex_block_mask
+from .masks import both_block_masks, build_block_mask, dense_block_mask, flex_block_mask
 from .spec import DraftTrainSpec, resolve_attention_backend
 from .target import (
     TargetFeatureExtractor,
@@ -32,6 +33,7 @@ __all__ = [
     "DFlash2DraftModel",
     "DFlashDraftConfig",
     "DSparkConfig",
+    "DocumentLayout",
     "DraftFamily",
     "DraftLoss",
     "DraftModel",
@@ -39,9 +41,11 @@ __all__ = [
     "Qwen3DSparkModel",
     "TargetFeatureExtractor",
     "TargetHead",
+    "both_block_masks",
     "build_block_mask",
     "build_draft",
     "dense_block_mask",
+    "document_layout",
     "draft_config_from",
     "family_for",
     "family_of",

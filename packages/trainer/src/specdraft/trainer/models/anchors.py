@@ -8,12 +8,18 @@ same anchors at any pad length. The same holds for the anchor width: the anchors
 drawn as the `num_anchors` best, then the kept ones (first, ascending) are cut or padded to
 `width` slots, so a sample gets the same anchors at every width that holds them. Shapes are
 static ([B, width], with a keep-mask), and nothing reads a tensor value on the host.
+
+A packed row (several documents, see documents.py) keys each token's score by its document's
+sample id and its position inside the document, with the same hash: a document's tokens score
+exactly as they would alone, and the row's anchors are the best over all its documents.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from .documents import DocumentLayout
 
 _MASK32 = 0xFFFFFFFF
 # Positions occupy the low bits of a score so that no two positions of a row ever tie; the hash
@@ -38,29 +44,55 @@ def _mix32(x: Tensor) -> Tensor:
     return x ^ (x >> 16)
 
 
-def position_hash(seed: int, sample_id: Tensor, length: int) -> Tensor:
-    """Pseudo-random 32-bit values [B, length] keyed by (seed, sample_id, position)."""
+def _sample_key(seed: int, sample_id: Tensor) -> Tensor:
+    """The 32-bit hash key of (seed, sample_id), elementwise over any shape of sample ids."""
     device = sample_id.device
     sid = sample_id.to(torch.int64)
     seed_lo = torch.tensor((seed ^ _SEED_SALT) & _MASK32, dtype=torch.int64, device=device)
     seed_hi = torch.tensor((seed >> 32) & _MASK32, dtype=torch.int64, device=device)
     key = _mix32(_mix32(seed_lo) ^ seed_hi)
     key = _mix32(key ^ (sid & _MASK32))
-    key = _mix32(key ^ ((sid >> 32) & _MASK32))
-    positions = torch.arange(length, dtype=torch.int64, device=device)
+    return _mix32(key ^ ((sid >> 32) & _MASK32))
+
+
+def position_hash(seed: int, sample_id: Tensor, length: int) -> Tensor:
+    """Pseudo-random 32-bit values [B, length] keyed by (seed, sample_id, position)."""
+    key = _sample_key(seed, sample_id)
+    positions = torch.arange(length, dtype=torch.int64, device=sample_id.device)
     return _mix32(_mix32(key[:, None] ^ positions[None, :]) ^ key[:, None])
 
 
-def valid_anchor_positions(loss_mask: Tensor) -> Tensor:
-    """Bool [B, S]: a is a valid anchor when loss_mask[a] and loss_mask[a+1] are both set."""
+def token_hash(seed: int, sample_ids: Tensor, positions: Tensor) -> Tensor:
+    """`position_hash` per token: sample ids and positions [B, S] (a packed row's documents).
+
+    On an unpacked row (sample id broadcast, positions 0..S-1) it equals `position_hash` bit
+    for bit, so a document draws the same scores packed as alone.
+    """
+    key = _sample_key(seed, sample_ids)
+    return _mix32(_mix32(key ^ positions.to(torch.int64)) ^ key)
+
+
+def valid_anchor_positions(loss_mask: Tensor, document_ids: Tensor | None = None) -> Tensor:
+    """Bool [B, S]: a is a valid anchor when loss_mask[a] and loss_mask[a+1] are both set.
+
+    With `document_ids` (a packed batch) a and a+1 must also be in the same document.
+    """
     supervised = loss_mask.bool()
     valid = torch.zeros_like(supervised)
     valid[:, :-1] = supervised[:, :-1] & supervised[:, 1:]
+    if document_ids is not None:
+        valid[:, :-1] &= document_ids[:, :-1] == document_ids[:, 1:]
+        valid &= document_ids >= 0
     return valid
 
 
 def sample_anchors(
-    loss_mask: Tensor, sample_id: Tensor, num_anchors: int, seed: int, width: int | None = None
+    loss_mask: Tensor,
+    sample_id: Tensor,
+    num_anchors: int,
+    seed: int,
+    width: int | None = None,
+    layout: DocumentLayout | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Anchors [B, width] (int64, ascending, 0 in unused slots) and keep [B, width].
 
@@ -69,6 +101,11 @@ def sample_anchors(
     `width` (default num_anchors) must hold every row's `min(num_anchors, valid anchors)`: the
     collator picks it from the loss masks on the host (`ShapePolicy.anchor_width`). A narrower
     width would drop real anchors; it is not checked here, because that would need a device sync.
+
+    A packed batch passes its `layout`: valid anchors stay inside one document, the scores are
+    keyed by (seed, document_sample_ids, position_ids) per token, and the row's `num_anchors`
+    best over all its documents are drawn (uniform without replacement over the row's valid
+    positions). `sample_id` is then unused.
     """
     if width is None:
         width = num_anchors
@@ -77,9 +114,15 @@ def sample_anchors(
     batch, length = loss_mask.shape
     if length >= 1 << _POSITION_BITS:
         raise ValueError(f"sequence length {length} exceeds the anchor sampler's 2**20 limit")
-    valid = valid_anchor_positions(loss_mask)
     positions = torch.arange(length, dtype=torch.int64, device=loss_mask.device)
-    scores = (position_hash(seed, sample_id, length) << _POSITION_BITS) | positions
+    if layout is None:
+        valid = valid_anchor_positions(loss_mask)
+        hashed = position_hash(seed, sample_id, length)
+    else:
+        valid = valid_anchor_positions(loss_mask, layout.document_ids)
+        hashed = token_hash(seed, layout.document_sample_ids, layout.position_ids)
+    # Ties are broken by the row position (low bits), so the order is total in a packed row too.
+    scores = (hashed << _POSITION_BITS) | positions
     scores = torch.where(valid, scores, torch.full_like(scores, -1))
     # min() of two Python ints: the top-k width depends on the static shape only, never on the
     # anchor width, so every width sees the same draw.

@@ -7,6 +7,12 @@
 The draft owns no embedding and no LM head: both are the target's, frozen, passed in as a
 `TargetHead`. Module names (`fc`, `hidden_norm`, `layers.N.*`, `norm`) are those of the DFlash
 checkpoints SGLang loads.
+
+A packed batch (with `document_ids`, see documents.py) runs the same graph with per-row
+positions: context RoPE from `position_ids`, block positions position_ids[anchor] + k, a mask
+that keeps each block inside its anchor's document, and labels cut at the document's end. With
+the same anchors a document's blocks then compute what they compute alone. Without
+`document_ids` nothing of this runs. Evaluation (`predict_blocks`) is always unpacked.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from specdraft.collate import ANCHOR_WIDTH
 
 from .anchors import sample_anchors
 from .config import DFlashDraftConfig
+from .documents import DocumentLayout, document_layout
 from .layers import RMSNorm, rotary_tables
 from .losses import DraftLoss, block_targets
 from .masks import build_block_mask
@@ -33,6 +40,10 @@ REQUIRED_KEYS = ("input_ids", "loss_mask", "hidden_states", "sample_id")
 # Batch keys that turn a forward into a prediction (evaluation).
 PREDICT_ANCHORS = "predict_anchors"
 PREDICT_KEEP = "predict_keep"
+# Batch keys that fix the anchors of a training forward instead of sampling them (exactness
+# checks, analysis): anchors [B, N] int64 and keep [B, N] bool, as `sample_anchors` returns.
+GIVEN_ANCHORS = "given_anchors"
+GIVEN_KEEP = "given_keep"
 
 
 class BlockTargets(NamedTuple):
@@ -41,7 +52,8 @@ class BlockTargets(NamedTuple):
     anchors: Tensor  # [B, N]
     keep: Tensor  # [B, N]
     gold: Tensor  # [B, N, bs+1] tokens at anchor + j
-    supervised: Tensor  # [B, N, bs+1] loss_mask at anchor + j, inside the sample, block kept
+    supervised: Tensor  # [B, N, bs+1] loss_mask at anchor + j, inside the sample (and the
+    # anchor's document when packed), block kept
     positions: Tensor  # [B, N, bs+1] anchor + j clamped into the sequence
 
 
@@ -125,40 +137,88 @@ class DraftModel(PreTrainedModel):
         keep: Tensor,
         head: TargetHead,
         attention_backend: str,
+        layout: DocumentLayout | None = None,
     ) -> Tensor:
-        """Draft hidden states [B, N, bs, H] (after the final norm) of the blocks at `anchors`."""
+        """Draft hidden states [B, N, bs, H] (after the final norm) of the blocks at `anchors`.
+
+        `layout` (a packed batch) gives the per-row positions and the document mask.
+        """
         batch, length = input_ids.shape
         num_anchors = anchors.shape[1]
         context = self.encode_context(hidden_states)
         hidden = self.block_inputs(input_ids, anchors, head)
         offsets = torch.arange(self.block_size, device=anchors.device)
-        positions = (anchors[:, :, None] + offsets).flatten(1)
+        if layout is None:
+            positions = (anchors[:, :, None] + offsets).flatten(1)
+            context_positions = document_ids = None
+        else:
+            anchor_positions = layout.position_ids.gather(1, anchors)
+            positions = (anchor_positions[:, :, None] + offsets).flatten(1)
+            context_positions, document_ids = layout.position_ids, layout.document_ids
         rotary = rotary_tables(
             positions,
             length,
             self.config.head_dim,
             self.config.rope_parameters["rope_theta"],
             self.compute_dtype,
+            context_positions,
         )
-        mask = build_block_mask(anchors, keep, length, self.block_size, attention_backend)
+        mask = build_block_mask(
+            anchors, keep, length, self.block_size, attention_backend, document_ids
+        )
         for layer in self.layers:
             hidden = layer(hidden, context, rotary, mask)
         hidden = self.norm(hidden)
         return hidden.view(batch, num_anchors, self.block_size, -1)
 
     def place_blocks(self, batch: dict[str, Tensor], spec: DraftTrainSpec) -> BlockTargets:
-        """Sample the anchors of a batch and read what each block slot should predict."""
-        input_ids, loss_mask = batch["input_ids"], batch["loss_mask"]
+        """Sample the anchors of a batch and read what each block slot should predict.
+
+        A batch carrying `given_anchors` / `given_keep` uses those anchors instead.
+        """
+        if GIVEN_ANCHORS in batch:
+            return self.blocks_at(batch, batch[GIVEN_ANCHORS], batch[GIVEN_KEEP])
         # The collator chose the width on the host (ShapePolicy.anchor_width); batches built by
         # hand without it compute num_anchors blocks, as before anchor widths existed.
         width = int(batch.get(ANCHOR_WIDTH, spec.num_anchors))
         anchors, keep = sample_anchors(
-            loss_mask, batch["sample_id"], spec.num_anchors, spec.seed, width
+            batch["loss_mask"],
+            batch["sample_id"],
+            spec.num_anchors,
+            spec.seed,
+            width,
+            document_layout(batch),
         )
+        return self.blocks_at(batch, anchors, keep)
+
+    def blocks_at(self, batch: dict[str, Tensor], anchors: Tensor, keep: Tensor) -> BlockTargets:
+        """What each slot of the blocks at `anchors` [B, N] (kept where `keep`) should predict."""
+        layout = document_layout(batch)
         gold, supervised, positions = block_targets(
-            input_ids, loss_mask, anchors, keep, self.block_size
+            batch["input_ids"],
+            batch["loss_mask"],
+            anchors,
+            keep,
+            self.block_size,
+            None if layout is None else layout.document_ids,
         )
         return BlockTargets(anchors, keep, gold, supervised, positions)
+
+    def forward_with_anchors(
+        self,
+        batch: dict[str, Tensor],
+        anchors: Tensor,
+        keep: Tensor,
+        head: TargetHead,
+        spec: DraftTrainSpec,
+    ) -> DraftLoss:
+        """The training forward with the given anchors [B, N] and keep [B, N] (not sampled).
+
+        It goes through `forward` (batch keys `given_anchors` / `given_keep`), so sharding
+        hooks run as in training; the exactness checks compare a document packed and alone
+        with the same anchors through it.
+        """
+        return self({**batch, GIVEN_ANCHORS: anchors, GIVEN_KEEP: keep}, head, spec)
 
     def forward(
         self, batch: dict[str, Tensor], head: TargetHead, spec: DraftTrainSpec
@@ -187,6 +247,7 @@ class DraftModel(PreTrainedModel):
             targets.keep,
             head,
             spec.attention_backend,
+            document_layout(batch),
         )
         return self.objective(hidden, targets, batch, head, spec)
 

@@ -11,7 +11,8 @@ Layer forward signature, shared by every draft family:
 - `hidden`: the draft tokens, T = num_anchors * block_size, block-major.
 - `context`: the projected target features (fc + norm), injected as extra keys and values in
   front of the draft tokens' own keys and values.
-- `rotary`: cos/sin tables of the draft positions [B, T, D] and the context positions [1, S, D].
+- `rotary`: cos/sin tables of the draft positions [B, T, D] and the context positions [1, S, D]
+  ([B, S, D] for a packed batch, whose positions restart at every document).
 - `mask`: a dense bool tensor [B, 1, T, S + T] (SDPA) or a flex_attention BlockMask.
 """
 
@@ -59,7 +60,7 @@ class RMSNorm(nn.Module):
 
 
 class RotaryTables(NamedTuple):
-    """cos/sin tables of the draft positions [B, T, D] and of the context positions [1, S, D]."""
+    """cos/sin tables of the draft positions [B, T, D] and the context positions [1 or B, S, D]."""
 
     draft_cos: Tensor
     draft_sin: Tensor
@@ -78,10 +79,20 @@ def _cos_sin(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype)
 
 
 def rotary_tables(
-    draft_positions: Tensor, context_len: int, head_dim: int, theta: float, dtype: torch.dtype
+    draft_positions: Tensor,
+    context_len: int,
+    head_dim: int,
+    theta: float,
+    dtype: torch.dtype,
+    context_positions: Tensor | None = None,
 ) -> RotaryTables:
-    """RoPE tables for draft positions [B, T] and context positions 0..context_len-1."""
-    context_positions = torch.arange(context_len, device=draft_positions.device)[None]
+    """RoPE tables for draft positions [B, T] and context positions 0..context_len-1.
+
+    A packed batch passes its per-row `context_positions` [B, S] (positions restart at every
+    document); the context tables are then [B, S, D] instead of [1, S, D].
+    """
+    if context_positions is None:
+        context_positions = torch.arange(context_len, device=draft_positions.device)[None]
     draft_cos, draft_sin = _cos_sin(draft_positions, head_dim, theta, dtype)
     context_cos, context_sin = _cos_sin(context_positions, head_dim, theta, dtype)
     return RotaryTables(draft_cos, draft_sin, context_cos, context_sin)

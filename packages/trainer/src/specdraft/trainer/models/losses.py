@@ -15,6 +15,8 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from .documents import same_document
+
 
 @dataclass
 class DraftLoss:
@@ -47,12 +49,19 @@ def decay_weights(
 
 
 def block_targets(
-    input_ids: Tensor, loss_mask: Tensor, anchors: Tensor, keep: Tensor, block_size: int
+    input_ids: Tensor,
+    loss_mask: Tensor,
+    anchors: Tensor,
+    keep: Tensor,
+    block_size: int,
+    document_ids: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Gold tokens, supervision flags and positions at anchor + j, j = 0..block_size.
 
     Returns `gold` [B, N, bs+1] (int64), `supervised` [B, N, bs+1] (bool: inside the sequence,
-    loss_mask set, block kept) and `positions` [B, N, bs+1] (clamped into the sequence).
+    loss_mask set, block kept) and `positions` [B, N, bs+1] (clamped into the sequence). With
+    `document_ids` (a packed batch) a slot is supervised only inside its anchor's document: a
+    block never learns the next document's tokens.
     """
     length = input_ids.shape[1]
     offsets = torch.arange(block_size + 1, device=anchors.device)
@@ -62,6 +71,8 @@ def block_targets(
     gold = torch.gather(input_ids, 1, flat).view_as(positions)
     labelled = torch.gather(loss_mask, 1, flat).view_as(positions).bool()
     supervised = labelled & (raw < length) & keep[:, :, None]
+    if document_ids is not None:
+        supervised = supervised & same_document(document_ids, positions, anchors)
     return gold, supervised, positions
 
 

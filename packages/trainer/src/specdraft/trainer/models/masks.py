@@ -9,6 +9,11 @@ are the draft tokens only. Both builders encode the same rule:
   nothing, but an all-masked row makes SDPA return NaN, and NaN * 0 is still NaN in the backward.
   Seeing itself keeps the row finite; no kept query ever sees a non-kept block and the loss gives
   non-kept blocks weight exactly 0, so they contribute exactly nothing.
+
+A packed batch (`document_ids` [B, S], see documents.py) adds one condition to the context rule:
+a kept block anchored at a sees context key j only if document_ids[j] == document_ids[a], so a
+document never sees another one packed before it. Without `document_ids` the builders are
+exactly the unpacked ones.
 """
 
 from __future__ import annotations
@@ -25,7 +30,13 @@ def _query_blocks(anchors: Tensor, keep: Tensor, block_size: int) -> tuple[Tenso
     return anchors[:, block_of_query], keep[:, block_of_query]
 
 
-def dense_block_mask(anchors: Tensor, keep: Tensor, context_len: int, block_size: int) -> Tensor:
+def dense_block_mask(
+    anchors: Tensor,
+    keep: Tensor,
+    context_len: int,
+    block_size: int,
+    document_ids: Tensor | None = None,
+) -> Tensor:
     """Boolean SDPA mask [B, 1, T, S + T] (True = may attend), T = num_anchors * block_size."""
     num_queries = anchors.shape[1] * block_size
     device = anchors.device
@@ -39,6 +50,10 @@ def dense_block_mask(anchors: Tensor, keep: Tensor, context_len: int, block_size
         & (key_index[None, None, :] < query_anchor[:, :, None])
         & query_keep[:, :, None]
     )
+    if document_ids is not None:
+        sees_context = sees_context & _same_document_keys(
+            document_ids, anchors, block_size, num_queries
+        )
     draft_index = key_index - context_len
     same_block = (draft_index[None, :] // block_size) == (query_index[:, None] // block_size)
     sees_block = (~is_context)[None, None, :] & same_block[None] & query_keep[:, :, None]
@@ -47,10 +62,32 @@ def dense_block_mask(anchors: Tensor, keep: Tensor, context_len: int, block_size
     return (sees_context | sees_block | sees_self)[:, None]
 
 
-def flex_block_mask(anchors: Tensor, keep: Tensor, context_len: int, block_size: int) -> BlockMask:
+def _same_document_keys(
+    document_ids: Tensor, anchors: Tensor, block_size: int, num_queries: int
+) -> Tensor:
+    """Bool [B, T, S + T]: context key j is in the document of the query's anchor (False on
+    draft keys, which the block rules decide)."""
+    anchor_document = document_ids.gather(1, anchors)
+    query_document = anchor_document.repeat_interleave(block_size, dim=1)
+    same = document_ids[:, None, :] == query_document[:, :, None]
+    return torch.nn.functional.pad(same, (0, num_queries))
+
+
+def flex_block_mask(
+    anchors: Tensor,
+    keep: Tensor,
+    context_len: int,
+    block_size: int,
+    document_ids: Tensor | None = None,
+) -> BlockMask:
     """flex_attention BlockMask with exactly the semantics of `dense_block_mask`."""
     batch, num_anchors = anchors.shape
     num_queries = num_anchors * block_size
+    if document_ids is not None:
+        mask_mod = _document_mask_mod(anchors, keep, context_len, block_size, document_ids)
+        return create_block_mask(
+            mask_mod, batch, None, num_queries, context_len + num_queries, device=anchors.device
+        )
 
     def mask_mod(b, h, q_idx, kv_idx):
         block = q_idx // block_size
@@ -68,12 +105,54 @@ def flex_block_mask(anchors: Tensor, keep: Tensor, context_len: int, block_size:
     )
 
 
+def _document_mask_mod(
+    anchors: Tensor, keep: Tensor, context_len: int, block_size: int, document_ids: Tensor
+):
+    """The flex mask_mod of a packed batch: the unpacked rule plus 'same document as the anchor'."""
+    anchor_document = document_ids.gather(1, anchors)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        block = q_idx // block_size
+        anchor = anchors[b, block]
+        kept = keep[b, block]
+        draft_idx = kv_idx - context_len
+        is_context = kv_idx < context_len
+        # Draft keys index past the context: clamp them into range; is_context drops them.
+        key_document = document_ids[b, kv_idx.clamp(max=context_len - 1)]
+        same_document = key_document == anchor_document[b, block]
+        sees_context = is_context & (kv_idx < anchor) & kept & same_document
+        sees_block = (~is_context) & (draft_idx // block_size == block) & kept
+        sees_self = (draft_idx == q_idx) & ~kept
+        return sees_context | sees_block | sees_self
+
+    return mask_mod
+
+
 def build_block_mask(
-    anchors: Tensor, keep: Tensor, context_len: int, block_size: int, backend: str
+    anchors: Tensor,
+    keep: Tensor,
+    context_len: int,
+    block_size: int,
+    backend: str,
+    document_ids: Tensor | None = None,
 ) -> Tensor | BlockMask:
     """The mask for `backend` ('sdpa' -> dense bool tensor, 'flex' -> BlockMask)."""
     if backend == "flex":
-        return flex_block_mask(anchors, keep, context_len, block_size)
+        return flex_block_mask(anchors, keep, context_len, block_size, document_ids)
     if backend == "sdpa":
-        return dense_block_mask(anchors, keep, context_len, block_size)
+        return dense_block_mask(anchors, keep, context_len, block_size, document_ids)
     raise ValueError(f"attention backend must be 'sdpa' or 'flex', got {backend!r}")
+
+
+def both_block_masks(
+    anchors: Tensor,
+    keep: Tensor,
+    context_len: int,
+    block_size: int,
+    document_ids: Tensor | None = None,
+) -> tuple[Tensor, BlockMask]:
+    """The dense and the flex mask of the same inputs (to compare the backends)."""
+    return (
+        dense_block_mask(anchors, keep, context_len, block_size, document_ids),
+        flex_block_mask(anchors, keep, context_len, block_size, document_ids),
+    )
