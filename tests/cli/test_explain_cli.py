@@ -342,3 +342,112 @@ def test_plot_without_a_grid_draws_only_the_histogram(run, lengths_file: Path, t
     assert result.exit_code == 0, result.output
     assert out.exists() and not (tmp_path / "lengths-grid.png").exists()
     assert "shape grid plot" not in result.stderr
+
+
+# ------------------------------------------------------------------------------------ packing
+
+PACKED = ("--set", "training.packing=true")
+
+
+def test_packing_rows_come_from_the_training_sampler(run, lengths_file: Path) -> None:
+    from specdraft.collate import MicroBatchSampler, ShapePolicy, split_rows
+    from specdraft.config import load_config
+
+    result = run(str(EXAMPLE), "--lengths", str(lengths_file), "--format", "json", *PACKED)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    names = [p["name"] for p in report["policies"]]
+    assert names == ["pad-to-longest", "static_shapes", "buckets", "packing", "packing + buckets"]
+    assert [p["configured"] for p in report["policies"]] == [False] * 4 + [True]
+    assert report["pad_policy"]["packing"] is True
+    # Recount independently: the run's sampler (every rank) and the collator's rows.
+    config = load_config(EXAMPLE, ["training.packing=true"])
+    shapes = ShapePolicy.from_config(config)
+    training = config.training
+    plan = MicroBatchSampler(
+        LENGTHS,
+        micro_batch_size=training.micro_batch_size,
+        grad_accum_steps=training.grad_accum_steps,
+        num_replicas=config.deployment.world_size,
+        seed=training.seed,
+        mega_batch_multiplier=config.data.mega_batch_multiplier,
+        pad_to=shapes,
+    ).epoch_plan(0)
+    batches = [b for rank in plan for b in rank if b]
+    totals = [
+        [sum(LENGTHS[b[p]] for p in row) for row in split_rows([LENGTHS[i] for i in b], 2048)]
+        for b in batches
+    ]
+    size = training.micro_batch_size
+    computed = sum(size * shapes.pad_length(max(t)) for t in totals)
+    packed = {p["name"]: p for p in report["packing"]}
+    assert packed["packing + buckets"]["computed_positions"] == computed
+    assert packed["packing"]["computed_positions"] == size * 2048 * len(batches)
+    for p in packed.values():
+        assert p["rows"] == sum(map(len, totals))
+        assert p["documents"] == len(LENGTHS)
+        assert p["fill"] == pytest.approx(sum(LENGTHS) / p["computed_positions"])
+        assert p["anchors"] is None  # a lengths file has no loss masks
+        steps = len(plan[0]) // training.grad_accum_steps
+        assert p["rows_per_optimizer_step"] == pytest.approx(p["rows"] / steps)
+
+
+def test_unpacked_reports_have_no_packing_rows(run, lengths_file: Path) -> None:
+    result = run(str(EXAMPLE), "--lengths", str(lengths_file), "--format", "json")
+    report = json.loads(result.stdout)
+    assert report["packing"] is None and "packing" not in report["pad_policy"]
+    assert "packed rows" not in run(str(EXAMPLE), "--lengths", str(lengths_file)).stdout
+
+
+def test_text_shows_the_packed_rows(run, lengths_file: Path) -> None:
+    result = run(str(EXAMPLE), "--lengths", str(lengths_file), *PACKED)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "pad policy  packed rows of 2048 (last rows: buckets 512, 1024, 1536, 2048)" in out
+    assert "packed rows (one epoch, all ranks; fill = real tokens / computed positions)" in out
+    assert "packing + buckets (configured)" in out and "rows/step" in out
+
+
+def test_packing_without_static_shapes_is_a_config_error(run, lengths_file: Path) -> None:
+    result = run(
+        str(EXAMPLE),
+        "--lengths",
+        str(lengths_file),
+        *PACKED,
+        "--set",
+        "training.static_shapes=false",
+        "--set",
+        "training.static_shape_buckets=[]",
+    )
+    assert result.exit_code == 2
+    assert "packing requires static_shapes" in result.stderr
+
+
+def test_packing_counts_anchors_per_conversation_from_the_corpus(
+    run, tiny_corpus_config: Path, tmp_path: Path
+) -> None:
+    from PIL import Image
+
+    from specdraft.collate.packing_accounting import ROW_FILL_PLOT_KEY
+
+    out = tmp_path / "packed.png"
+    result = run(str(tiny_corpus_config), "--format", "json", *PACKED, "--plot", str(out))
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    packed = {p["name"]: p for p in report["packing"]}
+    assert set(packed) == {"packing", "packing + buckets"}
+    for p in packed.values():
+        anchors = p["anchors"]
+        assert anchors["valid_anchors"] > 0
+        # num_anchors = 256 per row, shared by the row's conversations: never more than alone.
+        assert (
+            0 < anchors["anchors_per_conversation"] <= anchors["anchors_per_conversation_unpacked"]
+        )
+        assert p["documents"] == report["source"]["samples"]
+    rows_png = tmp_path / "packed-rows.png"
+    assert f"row fill plot written to {rows_png}" in result.stderr
+    with Image.open(rows_png) as image:
+        drawn = json.loads(image.text[ROW_FILL_PLOT_KEY])
+    for name, p in packed.items():
+        assert drawn["series"][name] == p["fill_histogram"]["rows"]
+        assert sum(drawn["series"][name]) == p["rows"]

@@ -80,7 +80,8 @@ def _corpus_source(config: Any) -> Any:
     metavar="FILE.png",
     help="Also draw the length histogram with the bucket edges into a PNG, and, for a static "
     "run read from the corpus, the length x anchor-width grid (micro-batches and anchor "
-    "occupancy per cell) into FILE-grid.png.",
+    "occupancy per cell) into FILE-grid.png; with training.packing, the packed rows' fill "
+    "into FILE-rows.png.",
 )
 @click.option(
     "--lengths",
@@ -115,7 +116,8 @@ def explain_buckets(
     """Dry run: the pad lengths a config resolves to and what they cost on the corpus.
 
     Prints the pad policy, the micro-batches per bucket, pad-to-longest / static_shapes / the
-    configured buckets side by side (computed positions per real token), the compile plan, and
+    configured buckets (and, with training.packing, packed rows) side by side (computed
+    positions per real token), the compile plan, and
     warnings about unused, rare or suboptimal buckets. The corpus is tokenised as training
     would; --lengths FILE or --longest N skip it. No model is built.
     """
@@ -195,6 +197,21 @@ def explain_buckets(
             except (OSError, RuntimeError) as err:
                 _fail(f"explain-buckets: cannot write the grid plot {grid_path}: {err}")
             click.echo(f"shape grid plot written to {grid_path}", err=True)
+        if report.get("packing"):
+            from specdraft.collate.packing_accounting import save_row_fill_plot
+
+            rows_path = rows_plot_path(plot_path)
+            try:
+                save_row_fill_plot(report, rows_path)
+            except (OSError, RuntimeError) as err:
+                _fail(f"explain-buckets: cannot write the row-fill plot {rows_path}: {err}")
+            click.echo(f"row fill plot written to {rows_path}", err=True)
+
+
+def rows_plot_path(plot_path: str) -> Path:
+    """Where --plot FILE.png puts the packed rows' fill histogram: FILE-rows.png."""
+    path = Path(plot_path)
+    return path.with_name(f"{path.stem}-rows{path.suffix or '.png'}")
 
 
 def grid_plot_path(plot_path: str) -> Path:

@@ -10,6 +10,15 @@ from .lengths import (
     resolve_static_length,
     static_pad_length,
 )
+from .packed import (
+    DOCUMENT_IDS,
+    DOCUMENT_SAMPLE_IDS,
+    NUM_DOCUMENTS,
+    PACKED_KEYS,
+    POSITION_IDS,
+    packed_anchor_counts,
+)
+from .packing import pack_first_fit_decreasing, split_rows
 from .padding import (
     ANCHOR_WIDTH,
     DataCollatorWithPadding,
@@ -24,6 +33,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ANCHOR_WIDTH",
+    "DOCUMENT_IDS",
+    "DOCUMENT_SAMPLE_IDS",
+    "NUM_DOCUMENTS",
+    "PACKED_KEYS",
+    "POSITION_IDS",
     "BucketStats",
     "DataCollatorWithPadding",
     "MicroBatchSampler",
@@ -38,10 +52,13 @@ __all__ = [
     "describe_pad_to",
     "grid_weights",
     "optimal_buckets",
+    "pack_first_fit_decreasing",
+    "packed_anchor_counts",
     "pad_and_concatenate_features",
     "plan_micro_batches",
     "resolve_static_length",
     "sampler_from_config",
+    "split_rows",
     "static_pad_length",
     "suggest_buckets",
 ]

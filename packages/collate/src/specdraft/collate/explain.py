@@ -21,6 +21,7 @@ from .anchor_accounting import (
 from .histogram import length_histogram
 from .length_source import LengthSource
 from .lengths import PadTo, describe_pad_to, resolve_static_length
+from .packing_accounting import PackingStats, account_packing
 from .suggest import bucket_cost, grid_weights, optimal_buckets
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def build_report(
         "pad_policy": {
             "kind": _policy_kind(pad_to),
             "pad_to": _jsonable(pad_to),
-            "description": describe_pad_to(pad_to),
+            "description": shapes.describe_lengths(),
             "max_length_appended": max_length_appended(config),
             "anchors": shapes.describe_anchors(),
             "anchor_widths": list(shapes.anchor_widths),
@@ -97,9 +98,12 @@ def build_report(
         "warnings": [],
         "suggestion": None,
         "anchors": None,
+        "packing": None,
         "longest": None,
         "histogram": None,
     }
+    if shapes.packing:
+        report["pad_policy"]["packing"] = True  # unpacked reports keep their exact keys
     if source.kind == "longest":
         _explain_longest(report, config, pad_to, source.lengths[0])
         return report
@@ -113,7 +117,7 @@ def build_report(
                 "name": name,
                 "pad_to": _jsonable(padding.pad_to),
                 "description": describe_pad_to(padding.pad_to),
-                "configured": padding.pad_to == pad_to,
+                "configured": padding.pad_to == pad_to and not shapes.packing,
                 "sampler": padding.sampler,
                 "micro_batches": padding.micro_batches,
                 "real_tokens": padding.real_tokens,
@@ -124,6 +128,26 @@ def build_report(
         )
     configured = next(p for p in reports.values() if p.pad_to == pad_to)
     report["buckets"] = [b.to_dict() for b in configured.per_bucket]
+    if shapes.packing:
+        packed = _packing_stats(config, shapes, lengths, source.anchor_counts)
+        report["packing"] = [
+            {**stats.to_dict(), "configured": stats.shapes == shapes} for stats in packed
+        ]
+        for stats in packed:
+            report["policies"].append(
+                {
+                    "name": stats.name,
+                    "pad_to": _jsonable(stats.shapes.pad_to),
+                    "description": stats.shapes.describe_lengths(),
+                    "configured": stats.shapes == shapes,
+                    "sampler": "packed",
+                    "micro_batches": stats.micro_batches,
+                    "real_tokens": stats.real_tokens,
+                    "computed_positions": stats.computed_positions,
+                    "positions_per_real_token": stats.positions_per_real_token,
+                    "ratio_to_longest": stats.computed_positions / longest_cost,
+                }
+            )
 
     comparison = _suggestion_comparison(config, lengths, pad_to)
     if comparison is not None:
@@ -138,6 +162,38 @@ def build_report(
     suggested = report["suggestion"]["buckets"] if report["suggestion"] else []
     report["histogram"] = length_histogram(lengths, data.max_length, edges, suggested)
     return report
+
+
+def _packing_stats(
+    config: Config, shapes: ShapePolicy, lengths: list[int], counts: list[int] | None
+) -> list[PackingStats]:
+    """Packing at max_length, and with the configured buckets for the last rows if any."""
+    training = config.training
+    variants = {
+        "packing": ShapePolicy.from_parts(
+            static_shapes=True,
+            max_length=config.data.max_length,
+            num_anchors=training.num_anchors,
+            anchor_buckets=training.static_anchor_buckets,
+            packing=True,
+        )
+    }
+    if isinstance(shapes.pad_to, tuple):
+        variants["packing + buckets"] = shapes
+    return [
+        account_packing(
+            lengths,
+            policy,
+            micro_batch_size=training.micro_batch_size,
+            grad_accum_steps=training.grad_accum_steps,
+            num_replicas=config.deployment.world_size,
+            seed=training.seed,
+            mega_batch_multiplier=config.data.mega_batch_multiplier,
+            counts=counts,
+            name=name,
+        )
+        for name, policy in variants.items()
+    ]
 
 
 def _policy_reports(config: Config, lengths: list[int], pad_to: PadTo) -> dict[str, PaddingReport]:
@@ -293,7 +349,9 @@ def _anchor_section(
     if shapes.anchor_buckets:
         candidates["anchor buckets"] = shapes
     configured_name = (
-        "anchor buckets"
+        ""  # packed rows are reported in their own section; these are unpacked micro-batches
+        if shapes.packing
+        else "anchor buckets"
         if shapes.anchor_buckets
         else "static (num_anchors)"
         if shapes.static

@@ -38,6 +38,13 @@ def _sampler_words(report: dict[str, Any]) -> str:
         "length_grouped": "length-grouped order",
         "bucket_synchronized": "bucket-synchronised ranks",
     }
+    if report.get("packing"):
+        # Packed plans shuffle windows of documents into rows; the sampler setting is unused.
+        return (
+            f"micro_batch_size {report['micro_batch_size']} packed rows, "
+            f"{report['num_replicas']} rank(s), shuffled first-fit-decreasing windows "
+            f"(seed {report['seed']})"
+        )
     return (
         f"micro_batch_size {report['micro_batch_size']}, {report['num_replicas']} rank(s), "
         f"{words[report['sampler']]} (seed {report['seed']})"
@@ -66,8 +73,10 @@ def render_text(report: dict[str, Any]) -> str:
         lines += _render_longest(report)
     else:
         lines += _render_corpus(report)
+        if report.get("packing"):
+            lines += _render_packing(report["packing"])
     if report.get("anchors") is not None:
-        lines += _render_anchors(report["anchors"])
+        lines += _render_anchors(report["anchors"], packed=bool(report.get("packing")))
     if report["compile_plan"] is not None:
         lines += ["compile plan", f"  {report['compile_plan']['description']}", ""]
     if report["histogram"] is not None:
@@ -84,7 +93,11 @@ def render_text(report: dict[str, Any]) -> str:
 def _render_corpus(report: dict[str, Any]) -> list[str]:
     lines = []
     if report["buckets"]:
-        lines.append("per bucket (the configured policy, one epoch)")
+        lines.append(
+            "per bucket (the configured buckets without packing, one epoch)"
+            if report.get("packing")
+            else "per bucket (the configured policy, one epoch)"
+        )
         lines.append(
             f"  {'bucket':>7}  {'micro-batches':>13}  {'share':>6}  "
             f"{'mean real tokens/sample':>23}  {'padding':>7}"
@@ -115,9 +128,43 @@ def _render_corpus(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _render_anchors(anchors: dict[str, Any]) -> list[str]:
+def _render_packing(packing: list[dict[str, Any]]) -> list[str]:
+    """The packed rows: rows per step, fill, positions per real token, anchors per conversation."""
+    lines = ["packed rows (one epoch, all ranks; fill = real tokens / computed positions)"]
+    names = [p["name"] + (" (configured)" if p["configured"] else "") for p in packing]
+    width = max(len("policy"), *map(len, names))
+    with_anchors = any(p["anchors"] for p in packing)
+    header = (
+        f"  {'policy':<{width}}  {'rows/step':>9}  {'docs/row':>8}  {'fill':>6}  "
+        f"{'positions/real token':>20}"
+    )
+    if with_anchors:
+        header += f"  {'anchors/conversation':>20}  {'unpacked':>8}  {'anchor occupancy':>16}"
+    lines.append(header)
+    for name, p in zip(names, packing, strict=True):
+        line = (
+            f"  {name:<{width}}  {p['rows_per_optimizer_step']:>9.2f}  "
+            f"{p['documents_per_row']:>8.2f}  {p['fill']:>6.1%}  "
+            f"{p['positions_per_real_token']:>20.3f}"
+        )
+        anchors = p["anchors"]
+        if anchors:
+            line += (
+                f"  {anchors['anchors_per_conversation']:>20.1f}  "
+                f"{anchors['anchors_per_conversation_unpacked']:>8.1f}  "
+                f"{anchors['occupancy']:>16.1%}"
+            )
+        lines.append(line)
+    lines.append("")
+    return lines
+
+
+def _render_anchors(anchors: dict[str, Any], *, packed: bool = False) -> list[str]:
     """The second dimension: anchor occupancy per policy, per grid cell, and the suggestion."""
-    lines = ["anchor blocks side by side (occupancy = valid blocks / computed blocks)"]
+    lines = [
+        "anchor blocks side by side (occupancy = valid blocks / computed blocks"
+        + (", without packing)" if packed else ")")
+    ]
     names = [p["name"] + (" (configured)" if p["configured"] else "") for p in anchors["policies"]]
     width = max(len("policy"), *map(len, names))
     lines.append(
@@ -130,7 +177,11 @@ def _render_anchors(anchors: dict[str, Any]) -> list[str]:
             f"{p['blocks_per_valid_anchor']:>19.3f}"
         )
     if anchors["cells"]:
-        lines.append("per grid cell (the configured policy, one epoch)")
+        lines.append(
+            "per grid cell (without packing, one epoch)"
+            if packed
+            else "per grid cell (the configured policy, one epoch)"
+        )
         lines.append(
             f"  {'length':>7}  {'anchors':>7}  {'micro-batches':>13}  {'share':>6}  "
             f"{'occupancy':>9}"

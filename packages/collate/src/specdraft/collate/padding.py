@@ -19,6 +19,8 @@ import torch
 
 from specdraft.config import PadTo, ShapePolicy
 
+from .packed import collate_packed
+
 # Per-token keys in the order they are collated; other keys are stacked as they are.
 TOKEN_KEYS = ("input_ids", "loss_mask", "hidden_states", "target_last_hidden_states")
 # Integer keys: ids and the 0/1 mask stay int64 whatever the caller handed in (e.g. Python lists).
@@ -135,6 +137,9 @@ class DataCollatorWithPadding:
             )
         # A key that only some samples carry is an error (raised below), never silently dropped.
         present = [k for k in TOKEN_KEYS if any(k in f for f in features)]
+        if self.policy.packing:
+            # Several documents per row (see packed.py); unpacked batches never take this path.
+            return collate_packed(features, present, self.policy, _as_tensor)
         batch: dict[str, Any] = pad_and_concatenate_features(features, present, self.policy)
         for key in STACKED_KEYS:
             if any(key in f for f in features):

@@ -26,6 +26,16 @@ cut into micro-batches, `num_replicas` at a time ("rows"). Leftovers are placed 
 
 An empty micro-batch never slows a micro-step down (the trainer should build its dummy at the
 smallest bucket), so it is exempt from the bucket synchronisation.
+
+Packed plans (`packing=True`, training.packing) keep the same format: a micro-batch is still a
+flat list of sample indices, now the documents of up to `micro_batch_size` rows listed row after
+row (the collator recovers the rows with `packing.split_rows`). The epoch's seeded random order
+is cut into windows of `mega_batch_multiplier` optimizer windows' worth of rows (by tokens), each
+window is packed first-fit-decreasing into rows of `row_capacity` tokens, its rows are shuffled
+(seeded) (with shape buckets, the few rows that fit a smaller bucket go to the end of their
+window, so they share micro-batches and pad shorter), and consecutive rows form micro-batches,
+dealt to ranks as above. Length grouping and bucket synchronisation do not apply to packed
+plans (rows are already full).
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ import torch
 from specdraft.config import PadTo, ShapePolicy
 
 from .lengths import resolve_static_length
+from .packing import packed_micro_batches
 
 if TYPE_CHECKING:
     from specdraft.config import Config
@@ -57,7 +68,10 @@ CONFIG_FIELDS = {
     "bucket_synchronized": "data.bucket_synchronized",
     "pad_to": "training.static_shape_buckets",
     "mega_batch_multiplier": "data.mega_batch_multiplier",
+    "packing": "training.packing",
 }
+# Fingerprint entries older checkpoints lack, with the value those plans had.
+_FINGERPRINT_DEFAULTS: dict[str, Any] = {"packing": False}
 
 
 class SamplerStateMismatch(ValueError):
@@ -197,6 +211,8 @@ class MicroBatchSampler:
         bucket_synchronized: bool = False,
         pad_to: PadTo | ShapePolicy = None,
         mega_batch_multiplier: int = 50,
+        packing: bool = False,
+        row_capacity: int | None = None,
     ) -> None:
         for name, value in (
             ("micro_batch_size", micro_batch_size),
@@ -220,9 +236,22 @@ class MicroBatchSampler:
         self.length_grouped = bool(length_grouped)
         self.bucket_synchronized = bool(bucket_synchronized)
         # The run's ShapePolicy or a seed-style pad_to; plans only need its lengths.
-        self.pad_to = ShapePolicy.of(pad_to).pad_to
+        policy = ShapePolicy.of(pad_to)
+        self.pad_to = policy.pad_to
         self.mega_batch_multiplier = int(mega_batch_multiplier)
-        if self.bucket_synchronized:
+        self.packing = bool(packing or policy.packing)
+        self.row_capacity: int | None = None
+        if self.packing:
+            capacity = row_capacity if row_capacity is not None else policy.row_capacity
+            if capacity is None and policy.lengths:
+                capacity = max(policy.lengths)
+            if capacity is None or int(capacity) < 1:
+                raise ValueError(
+                    "packing needs a row capacity: pass row_capacity or a static pad_to "
+                    "(training.packing requires static_shapes)"
+                )
+            self.row_capacity = int(capacity)
+        if self.bucket_synchronized and not self.packing:
             if not isinstance(self.pad_to, tuple):
                 raise ValueError(
                     "bucket_synchronized needs pad_to to be a tuple of shape buckets "
@@ -253,6 +282,10 @@ class MicroBatchSampler:
         """Every rank's micro-batches of `epoch`: [rank][micro_step] -> sample indices."""
         if self._cached is not None and self._cached[0] == epoch:
             return [[list(b) for b in row] for row in self._cached[1]]
+        if self.packing:
+            plan = self._packed_plan(epoch)
+            self._cached = (epoch, plan)
+            return [[list(b) for b in row] for row in plan]
         order = self.base_order(epoch)
         if self.bucket_synchronized:
             plan = self._bucket_synchronized_plan(order, epoch)
@@ -264,6 +297,27 @@ class MicroBatchSampler:
             )
         self._cached = (epoch, plan)
         return [[list(b) for b in row] for row in plan]
+
+    def _packed_plan(self, epoch: int) -> list[list[MicroBatch]]:
+        assert self.row_capacity is not None
+        window = self.micro_batch_size * self.grad_accum_steps * self.num_replicas
+        micro_batches = packed_micro_batches(
+            random_order(len(self.lengths), seed=self.seed, epoch=epoch),
+            self.lengths,
+            capacity=self.row_capacity,
+            micro_batch_size=self.micro_batch_size,
+            window_rows=self.mega_batch_multiplier * window,
+            seed=derived_seed(self.seed, epoch, "packed-rows"),
+            short_rows=self._short_rows(),
+        )
+        return deal(
+            micro_batches, num_replicas=self.num_replicas, grad_accum_steps=self.grad_accum_steps
+        )
+
+    def _short_rows(self) -> int | None:
+        """The largest shape bucket below the row capacity: rows that fit it pad shorter."""
+        below = [b for b in ShapePolicy.of(self.pad_to).lengths if b < (self.row_capacity or 0)]
+        return max(below) if below else None
 
     def _bucket_synchronized_plan(self, order: list[int], epoch: int) -> list[list[MicroBatch]]:
         assert isinstance(self.pad_to, tuple)
@@ -316,6 +370,7 @@ class MicroBatchSampler:
             "bucket_synchronized": self.bucket_synchronized,
             "pad_to": list(self.pad_to) if isinstance(self.pad_to, tuple) else self.pad_to,
             "mega_batch_multiplier": self.mega_batch_multiplier,
+            "packing": self.packing,
         }
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
@@ -339,6 +394,7 @@ class MicroBatchSampler:
         a whole optimizer window), accepting that the new plan repeats or skips some samples.
         """
         expected = self._fingerprint()
+        state = {**_FINGERPRINT_DEFAULTS, **state}
         changed = [key for key, value in expected.items() if key in state and state[key] != value]
         refused = [key for key in changed if CONFIG_FIELDS[key] not in allow_changed]
         if refused:
@@ -389,4 +445,6 @@ def sampler_from_config(
         bucket_synchronized=data.bucket_synchronized,
         pad_to=shapes,
         mega_batch_multiplier=data.mega_batch_multiplier,
+        packing=training.packing,
+        row_capacity=config.data.max_length if training.packing else None,
     )

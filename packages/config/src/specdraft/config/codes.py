@@ -94,6 +94,11 @@ CODES: tuple[Code, ...] = (
          ("anchor_buckets_without_static",)),
     Code("SD217", "num-anchors-appended", "note",
          "training.num_anchors is not the last anchor bucket, so it is appended."),
+    Code("SD218", "packing-without-static", "error",
+         "training.packing is set but static_shapes is off.", ("packing_without_static",)),
+    Code("SD219", "packing-ignores-grouping", "warning",
+         "data.length_grouped or data.bucket_synchronized is set with training.packing, which "
+         "ignores them."),
     # ---- the model and its target
     Code("SD301", "layer-id-negative", "error", "A target layer id is negative.",
          ("layer_id_negative",)),

@@ -74,6 +74,18 @@ def shape_problems(config: Config) -> list[Problem]:
                 "length; set training.static_shapes = true (and static_shape_buckets)",
             )
         )
+    if training.packing:
+        for name in ("length_grouped", "bucket_synchronized"):
+            if getattr(config.data, name):
+                problems.append(
+                    Problem(
+                        "SD219",
+                        ("data", name),
+                        f"data.{name} is ignored with training.packing: packed plans shuffle "
+                        f"windows of conversations into full rows (first-fit-decreasing) and the "
+                        f"last, partly filled rows pad to a shape bucket on their own",
+                    )
+                )
     if training.fp8_linear:
         problems.append(
             Problem(

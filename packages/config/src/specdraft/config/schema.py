@@ -381,6 +381,14 @@ class TrainingConfig(_Section):
         "anchors, so no step computes empty anchor blocks. num_anchors is appended when missing. "
         "Requires static_shapes.",
     )
+    packing: bool = Field(
+        False,
+        description="Pack several whole conversations into each row of data.max_length tokens "
+        "(first-fit-decreasing within a shuffled window, seeded and identical on every rank), "
+        "with document-aware attention, per-document position ids and num_anchors anchors per "
+        "row over all its documents. With static_shape_buckets, the buckets are the pad lengths "
+        "of the last, partly filled rows. Requires static_shapes.",
+    )
     compile_blocks: bool = Field(
         False, description="torch.compile each draft block in place before it is sharded."
     )
@@ -492,6 +500,13 @@ class TrainingConfig(_Section):
                 "buckets_without_static",
                 "static_shape_buckets requires static_shapes = true",
                 key="training.static_shape_buckets",
+            )
+        if self.packing and not self.static_shapes:
+            raise _rule(
+                "packing_without_static",
+                "training.packing requires static_shapes = true (packed rows have one static "
+                "length, data.max_length, or a shape bucket for the last rows)",
+                key="training.packing",
             )
         if self.fail_on_recompile and not self.compile_blocks:
             raise _rule(
@@ -778,6 +793,7 @@ RULE_TYPES = (
     "anchor_bucket_not_increasing",
     "anchor_bucket_above_num_anchors",
     "anchor_buckets_without_static",
+    "packing_without_static",
     "loss_decay_gamma_missing",
     "fp8_needs_fsdp2",
     "block_too_small",

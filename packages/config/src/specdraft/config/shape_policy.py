@@ -12,6 +12,11 @@ Two static dimensions:
   `num_anchors` blocks, or with anchor buckets the smallest bucket that holds the batch's largest
   per-sample anchor count; pad-to-longest computes exactly that largest count.
 
+Packing (`packing=True`, training.packing) is a third kind of length policy: several whole
+documents share a row of `row_capacity` tokens (data.max_length); a micro-batch pads to
+`pad_length(its fullest row's total)`, so with shape buckets the last, partly filled rows pad to a
+smaller bucket. The anchor dimension is unchanged (per row).
+
 Torch-free on purpose: `specdraft lint`, `config show` and `explain-buckets` use it too.
 """
 
@@ -78,6 +83,8 @@ class ShapePolicy:
     # What the config asked for, kept for notes (max_length / num_anchors appended).
     lengths_appended: bool = False
     anchors_appended: bool = False
+    # Several whole documents per row (training.packing); needs a static pad_to.
+    packing: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pad_to", check_pad_to(self.pad_to))
@@ -98,6 +105,11 @@ class ShapePolicy:
                     f"anchor buckets {widths} must end with num_anchors = {self.num_anchors}"
                 )
             object.__setattr__(self, "anchor_buckets", widths)
+        if self.packing and self.pad_to is None:
+            raise ValueError(
+                "packing needs static shapes (training.packing requires training.static_shapes "
+                "= true)"
+            )
 
     # ------------------------------------------------------------------ construction
 
@@ -110,10 +122,15 @@ class ShapePolicy:
         buckets: Sequence[int] | None = None,
         num_anchors: int | None = None,
         anchor_buckets: Sequence[int] | None = None,
+        packing: bool = False,
     ) -> ShapePolicy:
         """The policy of these settings (the schema has already checked them)."""
         if max_length <= 0:
             raise ValueError(f"max_length = {max_length} must be positive")
+        if packing and not static_shapes:
+            raise ValueError(
+                "packing needs static_shapes = true (packed rows have one static length)"
+            )
         if buckets and not static_shapes:
             raise ValueError(
                 "shape buckets need static_shapes = true (without it every micro-batch pads to "
@@ -153,6 +170,7 @@ class ShapePolicy:
             anchor_buckets=widths,
             lengths_appended=bool(static_shapes and buckets and buckets[-1] != max_length),
             anchors_appended=bool(widths and anchor_buckets and anchor_buckets[-1] != num_anchors),
+            packing=bool(packing),
         )
 
     @classmethod
@@ -165,6 +183,7 @@ class ShapePolicy:
             buckets=training.static_shape_buckets,
             num_anchors=training.num_anchors,
             anchor_buckets=training.static_anchor_buckets,
+            packing=training.packing,
         )
 
     @classmethod
@@ -189,6 +208,13 @@ class ShapePolicy:
         if isinstance(self.pad_to, int):
             return (self.pad_to,)
         return self.pad_to
+
+    @property
+    def row_capacity(self) -> int | None:
+        """Tokens a packed row holds (the largest static length), or None without packing."""
+        if not self.packing:
+            return None
+        return max(self.lengths)
 
     @property
     def anchor_widths(self) -> tuple[int, ...]:
@@ -262,6 +288,11 @@ class ShapePolicy:
         """A short human form of the length dimension."""
         if self.pad_to is None:
             return "pad to the longest sample"
+        if self.packing:
+            text = f"packed rows of {self.row_capacity}"
+            if isinstance(self.pad_to, tuple):
+                text += " (last rows: buckets " + ", ".join(str(b) for b in self.pad_to) + ")"
+            return text
         if isinstance(self.pad_to, int):
             return f"fixed length {self.pad_to}"
         return "buckets " + ", ".join(str(b) for b in self.pad_to)
