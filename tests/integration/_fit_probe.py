@@ -7,7 +7,8 @@ rank runs in this process; more ranks are started by `specdraft.trainer.launch.l
 
 Tweaks break a run on purpose, after `build_trainer` and before `fit`: `recompile_limit` lowers
 Dynamo's limit below what the compile plan set; `pad_to_longest` makes the train loader ignore
-the run's pad policy. A run that raises is reported with its error, and the runs after it are
+the run's pad policy; `unpacked_warmup` makes a packed run warm up on dummies without the packed
+keys. A run that raises is reported with its error, and the runs after it are
 skipped.
 """
 
@@ -43,6 +44,19 @@ def apply_tweaks(trainer: Any, tweaks: dict[str, Any]) -> None:
         torch._dynamo.config.recompile_limit = int(tweaks["recompile_limit"])
     if tweaks.get("pad_to_longest"):
         trainer.source.builder.collate = DataCollatorWithPadding(pad_to=None)
+    if tweaks.get("unpacked_warmup"):
+        builder = trainer.source.builder
+        packed_warmup = builder.warmup_batches
+
+        def unpacked() -> list:
+            # The packed run's warm-up cells without their packed keys.
+            builder.packing = False
+            try:
+                return packed_warmup()
+            finally:
+                builder.packing = True
+
+        builder.warmup_batches = unpacked
 
 
 def fit_runs(
@@ -80,6 +94,10 @@ def fit_runs(
                     "loss_weight": [r.metrics["loss_weight"] for r in result.history],
                     "pad_lengths": [r.metrics.get("data/pad_lengths") for r in result.history],
                     "anchor_widths": [r.metrics.get("data/anchor_widths") for r in result.history],
+                    "samples": [r.samples for r in result.history],
+                    "anchors_per_conversation": [
+                        r.metrics.get("data/anchors_per_conversation") for r in result.history
+                    ],
                     "reduce_scatters": calls[0] - before,
                     "steps": result.final_step,
                     "compile_graphs": result.compile_graphs,

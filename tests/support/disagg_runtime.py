@@ -177,9 +177,10 @@ def running_producer(
     """Start a producer and its controller over the run folder's local store; stop them after."""
     store = store or LocalFeatureStore(local_store_root(run_dir))
     good, bad = screen_prompts(prompts, max_length=cfg.data.max_length)
+    plan = plan_prompts(cfg, good)
     producer = Producer(
-        ProducerSettings.from_config(cfg),
-        plan_prompts(cfg, good),
+        ProducerSettings.from_config(cfg, plan),
+        plan,
         good,
         store,
         clients,

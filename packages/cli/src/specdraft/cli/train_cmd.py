@@ -35,7 +35,7 @@ from .common import CONFIG_ERROR_EXIT, config_argument, load_or_exit, overrides_
     "--dry-run",
     is_flag=True,
     help="Validate, build the draft on the meta device and "
-    "print the plan (ranks, backend, pad policy, compile plan, memory); do not train.",
+    "print the plan (ranks, backend, pad policy, packing, compile plan, memory); do not train.",
 )
 @click.option(
     "--nproc-per-node",

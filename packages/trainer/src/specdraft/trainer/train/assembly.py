@@ -51,6 +51,8 @@ class RunData:
 def run_fingerprint(config: Config, data_fingerprint: str) -> dict[str, Any]:
     """What a checkpoint must agree on with the config that resumes it."""
     model = config.model
+    # Only when on: checkpoints of unpacked runs (older ones too) carry no such field.
+    packing = {"training.packing": True} if config.training.packing else {}
     return {
         "algorithm": model.algorithm,
         "block_size": model.block_size,
@@ -69,6 +71,7 @@ def run_fingerprint(config: Config, data_fingerprint: str) -> dict[str, Any]:
         "data.length_grouped": config.data.length_grouped,
         "data.bucket_synchronized": config.data.bucket_synchronized,
         "data.mega_batch_multiplier": config.data.mega_batch_multiplier,
+        **packing,
     }
 
 

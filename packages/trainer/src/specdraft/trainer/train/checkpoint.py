@@ -84,6 +84,7 @@ DATA_ORDER_FIELDS = {
     "data.bucket_synchronized": "bucket-synchronised sampling",
     "data.mega_batch_multiplier": "the length-grouping window",
     "training.static_shape_buckets": "the pad policy (bucket-synchronised plans depend on it)",
+    "training.packing": "sequence packing (which conversations share a row and a micro-batch)",
 }
 
 RNG_FORMAT = "specdraft-rng-1"

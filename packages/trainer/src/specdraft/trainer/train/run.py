@@ -140,9 +140,11 @@ def dry_run_plan(config: Config, *, world_size: int) -> DryRunPlan:
         f"anchors:     {shapes.describe_anchors()}",
         f"shape grid:  {_grid_line(shapes)}",
         f"compile:     {plan.describe()}",
+        f"packing:     {_packing_line(config, shapes)}",
         f"batch:       micro {training.micro_batch_size} x accum {training.grad_accum_steps} x "
         f"{world_size} ranks = {training.micro_batch_size * training.grad_accum_steps * world_size}"
-        f" samples per optimizer step; {tokens} draft tokens per micro-batch",
+        f" {'rows' if shapes.packing else 'samples'} per optimizer step; {tokens} draft tokens "
+        f"per micro-batch",
         f"draft:       {params / 1e6:.1f}M trainable parameters",
         f"memory/rank: ~{memory(state_bytes)} weights+grads+AdamW (sharded), "
         f"~{memory(frozen_bytes)} frozen embedding+LM head, ~{memory(logits_bytes)} logits "
@@ -151,6 +153,18 @@ def dry_run_plan(config: Config, *, world_size: int) -> DryRunPlan:
         f"output:      {config.output_dir}",
     ]
     return DryRunPlan(lines)
+
+
+def _packing_line(config: Config, shapes: ShapePolicy) -> str:
+    """Whether conversations are packed into rows, and what that changes."""
+    if not shapes.packing:
+        return "off (one conversation per row)"
+    return (
+        f"on: whole conversations packed into rows of {shapes.row_capacity} tokens "
+        f"(first-fit-decreasing, seeded), document-aware attention, "
+        f"{config.training.num_anchors} anchors per row shared by its conversations; "
+        f"evaluation stays unpacked"
+    )
 
 
 def _grid_line(shapes: ShapePolicy) -> str:

@@ -5,6 +5,11 @@ shapes, also pads the batch dimension to `micro_batch_size` with zero-weight row
 blocks only ever see the (length, anchor width) cells the warm-up built. An empty micro-batch (a
 rank with nothing left in the last window) becomes a zero-weight dummy batch: every rank still
 runs the same forward and backward, which sharded models need for their collectives.
+
+Under packing (`ShapePolicy.packing`) a micro-batch lists whole documents; the collator packs
+them into at most `micro_batch_size` rows, and every batch the trainer runs (real, empty dummy,
+warm-up dummies) carries the packing keys, so compiled blocks see one graph set. The in-process
+target runs per document (never across a row), see `document_features`.
 """
 
 from __future__ import annotations
@@ -16,11 +21,23 @@ from typing import Any
 
 import torch
 
-from specdraft.collate import ANCHOR_WIDTH, DataCollatorWithPadding, MicroBatchSampler
+from specdraft.collate import (
+    ANCHOR_WIDTH,
+    DOCUMENT_IDS,
+    DOCUMENT_SAMPLE_IDS,
+    NUM_DOCUMENTS,
+    POSITION_IDS,
+    DataCollatorWithPadding,
+    MicroBatchSampler,
+)
 from specdraft.config import PadTo, ShapePolicy
 
 # (input_ids [B,S], attention_mask [B,S]) -> (hidden_states [B,S,L*H], last_hidden [B,S,H])
 FeatureFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+# The packed collator's per-token keys (int64 [B, S]) and the value of a padding position:
+# padding belongs to no document (-1), has position 0 and sample id 0.
+PACKING_KEYS = {DOCUMENT_IDS: -1, POSITION_IDS: 0, DOCUMENT_SAMPLE_IDS: 0}
 
 
 @dataclass(frozen=True)
@@ -36,11 +53,17 @@ class BatchShape:
 
 
 def dummy_batch(
-    shape: BatchShape, length: int, rows: int | None = None, anchor_width: int | None = None
+    shape: BatchShape,
+    length: int,
+    rows: int | None = None,
+    anchor_width: int | None = None,
+    *,
+    packing: bool = False,
 ) -> dict[str, Any]:
     """A zero-weight batch of `rows` x `length` (no supervised token, so no anchor and no loss).
 
     `anchor_width` forces the anchor blocks it computes (a warm-up cell); None leaves the key out.
+    `packing` adds the packed keys (every position padding), so the draft takes its packed path.
     """
     rows = rows or shape.micro_batch_size
     batch: dict[str, Any] = {
@@ -52,6 +75,10 @@ def dummy_batch(
     }
     if anchor_width is not None:
         batch[ANCHOR_WIDTH] = anchor_width
+    if packing:
+        for key, fill in PACKING_KEYS.items():
+            batch[key] = torch.full((rows, length), fill, dtype=torch.long)
+        batch[NUM_DOCUMENTS] = 0
     if shape.with_last_hidden:
         batch["target_last_hidden_states"] = torch.zeros(
             rows, length, shape.hidden_size, dtype=shape.feature_dtype
@@ -60,14 +87,17 @@ def dummy_batch(
 
 
 def pad_rows(batch: dict[str, Any], rows: int) -> dict[str, Any]:
-    """Append zero rows (no loss weight) until the batch has `rows` rows."""
+    """Append padding rows (no loss weight) until the batch has `rows` rows.
+
+    Zeros, except the packed keys, which take their padding value (`PACKING_KEYS`).
+    """
     have = batch["input_ids"].shape[0]
     if have >= rows:
         return batch
     out = dict(batch)
     for key, value in batch.items():
         if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == have:
-            extra = value.new_zeros((rows - have, *value.shape[1:]))
+            extra = value.new_full((rows - have, *value.shape[1:]), PACKING_KEYS.get(key, 0))
             out[key] = torch.cat([value, extra])
     return out
 
@@ -91,13 +121,19 @@ class BatchBuilder:
         self.collate = DataCollatorWithPadding(pad_to=self.shapes)
         self.shape = shape
         self.device = device or torch.device("cpu")
+        # Several documents per row (training.packing): packed keys on every batch.
+        self.packing = self.shapes.packing
 
     def warmup_batches(self) -> list[Mapping[str, Any]]:
         """One dummy batch per static (length, anchor width) cell, on the device."""
+        packing = self.packing
         if not self.shapes.anchor_widths:
-            return [self.to_device(dummy_batch(self.shape, n)) for n in self.shapes.lengths]
+            return [
+                self.to_device(dummy_batch(self.shape, n, packing=packing))
+                for n in self.shapes.lengths
+            ]
         return [
-            self.to_device(dummy_batch(self.shape, length, anchor_width=width))
+            self.to_device(dummy_batch(self.shape, length, anchor_width=width, packing=packing))
             for length, width in self.shapes.grid
         ]
 
@@ -107,12 +143,27 @@ class BatchBuilder:
         rows = self.shape.micro_batch_size if self.shape.static else 1
         # The smallest anchor width: a dummy has no anchor, so it should cost the least.
         width = self.shapes.anchor_width(0) if self.shapes.num_anchors is not None else None
-        return self.to_device(dummy_batch(self.shape, length, rows, anchor_width=width))
+        dummy = dummy_batch(self.shape, length, rows, anchor_width=width, packing=self.packing)
+        return self.to_device(dummy)
 
     def collate_rows(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """Collate real rows (padded to the pad policy, and to micro_batch_size rows if static)."""
+        """Collate real samples (padded to the pad policy, and to micro_batch_size rows if static).
+
+        Under packing the samples are documents packed into rows; `num_real` counts documents
+        (throughput counts conversations), and more rows than micro_batch_size is an error.
+        """
         batch: dict[str, Any] = self.collate(list(rows))
-        batch["num_real"] = len(rows)
+        if self.packing:
+            packed = int(batch["input_ids"].shape[0])
+            if packed > self.shape.micro_batch_size:
+                raise ValueError(
+                    f"a packed micro-batch of {len(rows)} documents needs {packed} rows, more "
+                    f"than training.micro_batch_size = {self.shape.micro_batch_size}: the plan "
+                    f"was not made for this packing (row capacity {self.shapes.row_capacity})"
+                )
+            batch["num_real"] = int(batch.get(NUM_DOCUMENTS, len(rows)))
+        else:
+            batch["num_real"] = len(rows)
         if self.shape.static:
             batch = pad_rows(batch, self.shape.micro_batch_size)
         return batch
@@ -201,7 +252,19 @@ class LocalBatchSource:
         """Collate, feature and place one micro-batch (a dummy for an empty one)."""
         if not indices:
             return self.builder.empty()
-        batch = self.builder.collate_rows([self.dataset[int(i)] for i in indices])
+        samples = [self.dataset[int(i)] for i in indices]
+        if self.builder.packing:
+            if self.features is not None and "hidden_states" not in samples[0]:
+                # Per document, before packing: no document's features ever see another's.
+                samples = document_features(
+                    samples,
+                    self.features,
+                    budget=self.builder.shape.micro_batch_size * self.builder.shapes.lengths[-1],
+                    device=self.builder.device,
+                    with_last_hidden=self.builder.shape.with_last_hidden,
+                )
+            return self.builder.to_device(self.builder.collate_rows(samples))
+        batch = self.builder.collate_rows(samples)
         if self.features is not None and "hidden_states" not in batch:
             ids = batch["input_ids"].to(self.builder.device)
             # All ones: with causal attention and right padding the real tokens' features are
@@ -211,3 +274,50 @@ class LocalBatchSource:
             if self.builder.shape.with_last_hidden:
                 batch["target_last_hidden_states"] = last
         return self.builder.to_device(batch)
+
+
+def feature_chunks(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Positions of `lengths`, longest first, cut into chunks of at most `budget` padded tokens.
+
+    A chunk pads to its first (longest) document, so `len(chunk) * longest <= budget` bounds the
+    target's batch like an unpacked micro-batch; a document longer than the budget goes alone.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
+    chunks: list[list[int]] = []
+    for index in order:
+        if chunks and (len(chunks[-1]) + 1) * int(lengths[chunks[-1][0]]) <= budget:
+            chunks[-1].append(index)
+        else:
+            chunks.append([index])
+    return chunks
+
+
+def document_features(
+    samples: Sequence[Mapping[str, Any]],
+    features: FeatureFn,
+    *,
+    budget: int,
+    device: torch.device,
+    with_last_hidden: bool,
+) -> list[dict[str, Any]]:
+    """Each document with its own target features (`hidden_states`, maybe the last hidden).
+
+    The target runs on the documents unpacked (right-padded to the chunk's longest, causal), so
+    a document's features depend on its own tokens only; each is cut back to its length.
+    """
+    out: list[dict[str, Any]] = [dict(sample) for sample in samples]
+    ids = [torch.as_tensor(sample["input_ids"]).long() for sample in samples]
+    for chunk in feature_chunks([len(t) for t in ids], budget):
+        longest = len(ids[chunk[0]])
+        batch = torch.zeros(len(chunk), longest, dtype=torch.long)
+        for row, index in enumerate(chunk):
+            batch[row, : len(ids[index])] = ids[index]
+        batch = batch.to(device)
+        # All ones, as for unpacked batches: causal attention keeps real tokens off the padding.
+        hidden, last = features(batch, torch.ones_like(batch))
+        for row, index in enumerate(chunk):
+            length = len(ids[index])
+            out[index]["hidden_states"] = hidden[row, :length]
+            if with_last_hidden:
+                out[index]["target_last_hidden_states"] = last[row, :length]
+    return out

@@ -378,6 +378,7 @@ class Trainer:
             numerator += out.numerator.detach().float()
             denominator += out.denominator.detach().float()
             _sum_metrics(sums, out.metrics)
+            # Real samples: documents under packing, rows otherwise (padding rows excluded).
             samples += int(batch.get("num_real", batch["input_ids"].shape[0]))
         return torch.stack([numerator, denominator]), sums, samples
 
@@ -546,6 +547,10 @@ class Trainer:
         metrics["perf/data_wait_ms"] = perf["data_wait_ms"]
         metrics["perf/step_ms"] = elapsed_s * 1e3
         metrics["perf/samples_per_s"] = global_samples / elapsed_s if elapsed_s > 0 else 0.0
+        if "blocks" in reduced and global_samples > 0:
+            # Kept draft blocks per conversation: packing shares a row's anchors between its
+            # documents, so this is what a conversation gets (samples count documents).
+            metrics["data/anchors_per_conversation"] = sum(reduced["blocks"]) / global_samples
         metrics["perf/peak_memory_mb"] = peak_memory_mb(self.ctx.device)
         metrics["data/pad_lengths"] = list(self.pad_lengths)
         metrics["data/anchor_widths"] = list(self.anchor_widths)

@@ -21,9 +21,14 @@ class BackpressureTimeout(TimeoutError):
     """No acknowledgement freed room below the watermark in time."""
 
 
-def resolve_high_watermark(cfg: Config) -> int:
-    """The configured watermark, or four optimizer windows; never below one window."""
-    window = cfg.optimizer_window
+def resolve_high_watermark(cfg: Config, largest_window: int | None = None) -> int:
+    """The configured watermark, or four optimizer windows; never below one window.
+
+    `largest_window` is the most samples one planned window holds: under packing a window holds
+    whole rows of documents, more samples than `micro_batch_size x accum x ranks`, and a
+    watermark below it could never let the window be captured whole.
+    """
+    window = max(cfg.optimizer_window, largest_window or 0)
     configured = cfg.deployment.disaggregated.high_watermark
     if configured is None:
         return DEFAULT_WATERMARK_WINDOWS * window

@@ -222,7 +222,7 @@ def serve(
     try:
         clients = capture_clients(cfg, args.capture_url or dis.capture_urls, store, secret=secret)
         producer = Producer(
-            ProducerSettings.from_config(cfg),
+            ProducerSettings.from_config(cfg, plan),
             plan,
             prompts,
             store,

@@ -22,7 +22,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -80,16 +80,18 @@ class ProducerSettings:
     tensor_names: tuple[str, ...]
 
     @classmethod
-    def from_config(cls, cfg: Config) -> ProducerSettings:
-        """Settings of a config's disaggregated section."""
+    def from_config(cls, cfg: Config, plan: RunPlan | None = None) -> ProducerSettings:
+        """Settings of a config's disaggregated section (the watermark sized to `plan`'s
+        largest window when given: packed windows hold more samples than rows)."""
         from ...models.family import family_of
 
         dis = cfg.deployment.disaggregated
         extra = family_of(cfg).extra_feature_keys
+        largest = largest_window(plan) if plan is not None else None
         return cls(
             run=cfg.run_id,
             world_size=cfg.deployment.world_size,
-            high_watermark=resolve_high_watermark(cfg),
+            high_watermark=resolve_high_watermark(cfg, largest),
             max_inflight=dis.max_inflight_captures,
             max_retries=dis.capture_max_retries,
             capture_timeout_s=dis.capture_timeout_s,
@@ -97,6 +99,11 @@ class ProducerSettings:
             health_timeout_s=dis.health_timeout_s,
             tensor_names=BASE_TENSORS + extra,
         )
+
+
+def largest_window(plan: RunPlan) -> int:
+    """The most samples one window of the plan holds (0 for an empty plan)."""
+    return max((len(window.sample_ids()) for window in plan.windows), default=0)
 
 
 def ledger_path(run_dir: str | Path) -> Path:
@@ -118,6 +125,16 @@ class Producer:
         *,
         bad_prompts: dict[int, str] | None = None,
     ) -> None:
+        largest = largest_window(plan)
+        if settings.high_watermark < largest:
+            # A window is captured whole before it is published: a watermark below it would
+            # hold the producer forever (packed windows hold more samples than rows).
+            log.warning(
+                "high watermark %d is below the largest window (%d samples): raised to it",
+                settings.high_watermark,
+                largest,
+            )
+            settings = replace(settings, high_watermark=largest)
         self.settings = settings
         self.plan = plan
         self._prompts = {p.sample_id: p for p in prompts}
