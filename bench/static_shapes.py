@@ -4,11 +4,11 @@
     python bench/static_shapes.py --workloads long --algorithms dflash2 --variants static,buckets
     python bench/static_shapes.py --preset gpu --out $OUT --time-budget 540
 
-Runs every selected variant (fsdp1 / fsdp2 pad-to-longest, fsdp2 + static_shapes, + buckets, each
-of the last two with and without compile_blocks) on every selected workload and algorithm, one
-after the other, each in a fresh process, on the same data and seed. Prints markdown tables and
-writes them (tables.md, results.json) to --out after every run, so a stopped run still leaves
-its finished rows. See docs/benchmarks.md.
+Runs every selected variant (fsdp1 / fsdp2 pad-to-longest, fsdp2 + static_shapes, + buckets,
++ anchor buckets, + packing, each static one with and without compile_blocks) on every selected
+workload and algorithm, one after the other, each in a fresh process, on the same data and seed.
+Prints markdown tables and writes them (tables.md, results.json) to --out after every run, so a
+stopped run still leaves its finished rows. See docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ DEFAULT_VARIANTS = {
     "cpu": "all",
     "cpu-context": "all",
     "toy": "all",
-    "gpu": "fsdp2,static-compile,buckets-compile,static-anchors-compile,buckets-anchors-compile,"
-    "static,buckets,static-anchors,buckets-anchors,fsdp1",
+    "gpu": "fsdp2,static-compile,buckets-compile,packed-compile,static-anchors-compile,"
+    "buckets-anchors-compile,static,buckets,packed,static-anchors,buckets-anchors,fsdp1",
 }
 DEFAULT_WORKLOADS = {
     "cpu": "all",
@@ -68,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--variants",
         default=None,
         help="comma list of fsdp1, fsdp2, static, buckets, static-compile, buckets-compile, "
-        "static-anchors, buckets-anchors, static-anchors-compile, buckets-anchors-compile "
-        "(default: all; the gpu preset runs them in priority order)",
+        "static-anchors, buckets-anchors, static-anchors-compile, buckets-anchors-compile, "
+        "packed, packed-compile (default: all; the gpu preset runs them in priority order)",
     )
     parser.add_argument(
         "--workloads",

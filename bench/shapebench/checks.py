@@ -2,7 +2,9 @@
 
 On the synthetic workloads, `static_shape_buckets` must beat `static_shapes` on step time by at
 least the share of computed positions the buckets remove, minus a small overhead; compiled runs
-must show zero recompiles after warm-up.
+must show zero recompiles after warm-up. Packed rows (issue 16) are read against the same static
+stack unpacked: computed positions per real token, samples (conversations) per second, anchors
+per conversation.
 """
 
 from __future__ import annotations
@@ -259,3 +261,78 @@ def low_supervision_checks(
                 f"{100 * change:+.1f}%; {verdict}"
             )
     return lines
+
+
+# Packing (issue 16): (packed variant, the same stack unpacked).
+PACKING_PAIRS = (("packed", "static"), ("packed-compile", "static-compile"))
+# The issue's targets: at most this many computed positions per real token (ShareGPT), and at
+# least this many times the samples per second of unpacked static shapes (`sharegpt` workload).
+PACKED_POSITIONS_TARGET = 1.05
+PACKED_SPEEDUP_TARGET = 2.0
+PACKING_TARGET_WORKLOADS = ("sharegpt",)
+
+
+@dataclass(frozen=True)
+class PackingCheck:
+    """Packed rows vs the same static stack unpacked, on one workload and algorithm."""
+
+    workload: str
+    algorithm: str
+    packed: str
+    plain: str
+    packed_positions: float  # computed positions per real token
+    plain_positions: float
+    speedup: float  # samples/s packed over samples/s unpacked (samples = conversations)
+    packed_anchors: float  # anchors per conversation (0 = not counted)
+    plain_anchors: float
+
+    @property
+    def targeted(self) -> bool:
+        """True on the workloads the issue's targets name (elsewhere the line is a reading)."""
+        return self.workload in PACKING_TARGET_WORKLOADS
+
+    def describe(self) -> str:
+        """One line for the report."""
+        line = (
+            f"{self.workload} / {self.algorithm}: {self.packed} vs {self.plain}: computed "
+            f"positions per real token {self.plain_positions:.3f} -> {self.packed_positions:.3f}, "
+            f"samples/s x{self.speedup:.2f}"
+        )
+        if self.packed_anchors and self.plain_anchors:
+            line += (
+                f", anchors per conversation {self.plain_anchors:.1f} -> {self.packed_anchors:.1f}"
+            )
+        if not self.targeted:
+            return line + " (no target on this workload)"
+        positions = "met" if self.packed_positions <= PACKED_POSITIONS_TARGET else "missed"
+        speed = "met" if self.speedup >= PACKED_SPEEDUP_TARGET else "missed"
+        return (
+            f"{line}; targets: positions <= {PACKED_POSITIONS_TARGET:.2f}: {positions}, "
+            f"samples/s >= {PACKED_SPEEDUP_TARGET:.0f}x: {speed}"
+        )
+
+
+def packing_checks(rows: Sequence[RunResult]) -> list[PackingCheck]:
+    """Every packed-vs-unpacked pair measured."""
+    index = {(r.workload, r.algorithm, r.variant): r for r in rows if r.ok}
+    checks = []
+    for workload, algorithm in sorted({(r.workload, r.algorithm) for r in rows}):
+        for packed_key, plain_key in PACKING_PAIRS:
+            packed = index.get((workload, algorithm, packed_key))
+            plain = index.get((workload, algorithm, plain_key))
+            if packed is None or plain is None or not plain.samples_per_s:
+                continue
+            checks.append(
+                PackingCheck(
+                    workload,
+                    algorithm,
+                    packed_key,
+                    plain_key,
+                    packed.positions_per_real_token,
+                    plain.positions_per_real_token,
+                    packed.samples_per_s / plain.samples_per_s,
+                    packed.anchors_per_conversation,
+                    plain.anchors_per_conversation,
+                )
+            )
+    return checks

@@ -5,8 +5,9 @@ ranks, feature source). The run goes through the real pieces: `build_trainer` (d
 compile, warm-up of every static length) and `Trainer.fit`; only the batch source is the
 benchmark's (`BenchBatchSource`: padding tally, synthetic features when there is no target to
 run). It writes the trainer's `metrics.jsonl`, the `summary.json` of `specdraft train`, and
-`bench.json` with what the metrics do not hold (peak memory of every rank, padding tally,
-warm-up time). A fresh process per run keeps max RSS and Dynamo's counters per variant.
+`bench.json` with what the metrics do not hold (peak memory of every rank, the padding, anchor
+and conversation tally, warm-up time). A fresh process per run keeps max RSS and Dynamo's
+counters per variant.
 """
 
 from __future__ import annotations
@@ -158,6 +159,7 @@ def rank_main(run_dir: str) -> dict[str, Any]:
                 source.tally.computed_anchor_blocks,
                 source.tally.valid_anchor_blocks,
                 source.tally.exact_anchor_blocks,
+                source.tally.documents,
             ],
             dtype=torch.float64,
         )
@@ -174,6 +176,7 @@ def rank_main(run_dir: str) -> dict[str, Any]:
                 "computed_anchor_blocks": int(tally[2]),
                 "valid_anchor_blocks": int(tally[3]),
                 "exact_anchor_blocks": int(tally[4]),
+                "documents": int(tally[5]),
                 "warmup_s": timings.get("warmup_s", 0.0),
                 "fit_s": fit_s,
                 "device": str(ctx.device),

@@ -7,7 +7,13 @@ import os
 import platform
 from collections.abc import Sequence
 
-from .checks import anchor_checks, bucket_checks, low_supervision_checks, recompile_findings
+from .checks import (
+    anchor_checks,
+    bucket_checks,
+    low_supervision_checks,
+    packing_checks,
+    recompile_findings,
+)
 from .results import RunResult
 from .runner import BenchSettings
 from .tables import offline_table, online_table
@@ -84,6 +90,7 @@ def render_report(
     ]
     lines += [f"- {check.describe()}" for check in anchor_checks(results)]
     lines += [f"- {line}" for line in low_supervision_checks(results, baseline=baseline)]
+    lines += [f"- {check.describe()}" for check in packing_checks(results)]
     compiled = [r for r in results if r.ok and r.variant.endswith("-compile")]
     findings = recompile_findings(results)
     if findings:

@@ -44,6 +44,9 @@ class RunResult:
     # The same micro-batches at each one's largest per-sample anchor count (the floor no anchor
     # width goes below; pad-to-longest computes it). 0 = not counted.
     exact_anchor_blocks_per_valid: float = 0.0
+    # Anchors the draft trained on per conversation (valid anchor blocks / conversations); packing
+    # spreads a row's anchors over its conversations. 0 = not counted.
+    anchors_per_conversation: float = 0.0
     warmup_s: float = 0.0
     compile_graphs: int = 0
     recompiles_after_warmup: int = 0
@@ -116,6 +119,8 @@ def steady_result(result: RunResult, run_dir: Path, *, steady: int, online: bool
         result.exact_anchor_blocks_per_valid = (
             bench.get("exact_anchor_blocks", 0) / bench["valid_anchor_blocks"]
         )
+    if bench.get("documents"):
+        result.anchors_per_conversation = bench["valid_anchor_blocks"] / bench["documents"]
     result.warmup_s = float(bench.get("warmup_s", 0.0))
     result.compile_graphs = int(summary.get("compile_graphs", 0))
     result.recompiles_after_warmup = int(summary.get("recompiles_after_warmup", 0))

@@ -30,6 +30,12 @@ BENCH_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = BENCH_DIR.parent
 # A run is not started with less time than this left in the budget: it could not finish.
 MIN_RUN_S = 45.0
+# A packed row holds several conversations, so a packed run reads this many times the samples of
+# an unpacked one for the same steps (a row holds at most 8 synthetic `long` samples, about 1.8
+# on average); should that still be short, it passes over them again (PACKED_EPOCHS) rather than
+# stop before its steps.
+PACKED_SAMPLES_FACTOR = 8
+PACKED_EPOCHS = 100
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,12 @@ def plan_runs(settings: BenchSettings) -> list[PlannedRun]:
     ]
 
 
+def num_samples(settings: BenchSettings, variant: Variant) -> int:
+    """Samples a run reads: one optimizer window per step, more for packed rows."""
+    samples = settings.steps * settings.window
+    return samples * PACKED_SAMPLES_FACTOR if variant.packing else samples
+
+
 def unsupported_reason(settings: BenchSettings, workload: str) -> str | None:
     """Why a workload cannot run with these settings, or None."""
     if workload == "online" and settings.preset.target != "tiny":
@@ -106,13 +118,15 @@ def run_config(settings: BenchSettings, run: PlannedRun, target: TargetFacts) ->
     )
     config["training"].update(run.variant.training_overrides(preset.buckets, preset.anchor_buckets))
     config["training"]["max_steps"] = settings.steps
+    if run.variant.packing:
+        config["training"]["num_epochs"] = PACKED_EPOCHS  # max_steps ends the run first
     config["deployment"] = {"nproc_per_node": settings.ranks}
     data = config["data"]
     if is_synthetic(run.workload):
         # Never read: the child generates the rows; the name only documents the run.
         data["train_paths"] = [f"bench:{run.workload}"]
     else:
-        data["max_samples"] = settings.steps * settings.window
+        data["max_samples"] = num_samples(settings, run.variant)
         if settings.tokenizer:
             data["tokenizer"] = settings.tokenizer
     if run.workload == "online":
@@ -128,7 +142,7 @@ def run_spec(settings: BenchSettings, run: PlannedRun, target: TargetFacts) -> d
         "algorithm": run.algorithm,
         "variant": run.variant.key,
         "seed": settings.seed,
-        "num_samples": settings.steps * settings.window,
+        "num_samples": num_samples(settings, run.variant),
         "ranks": settings.ranks,
         "vocab_bound": target.vocab_size,
         # The tiny target runs in-process for real conversations; the shape-only stand-in cannot.
@@ -255,6 +269,8 @@ def planned_positions(config_path: Path) -> float:
     from specdraft.trainer.data import corpus_lengths
 
     config = load_config(config_path)
+    if config.training.packing:
+        return 0.0  # account_padding plans unpacked micro-batches: not counted for packed rows
     lengths = corpus_lengths(config, progress=False).lengths
     report = account_padding(
         lengths,

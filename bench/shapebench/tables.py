@@ -21,6 +21,8 @@ OFFLINE_COLUMNS = (
     "Δ memory",
     "computed positions per real token",
     "computed anchor blocks per valid anchor",
+    # Packing spreads a row's anchors over its conversations (issue 16).
+    "anchors per conversation",
     "compile warm-up",
     "graphs compiled",
     "recompiles after warm-up",
@@ -80,6 +82,10 @@ def _positions(row: RunResult) -> str:
 
 def _anchor_blocks(row: RunResult) -> str:
     return f"{row.anchor_blocks_per_valid:.2f}" if row.anchor_blocks_per_valid else DASH
+
+
+def _anchors_per_conversation(row: RunResult) -> str:
+    return f"{row.anchors_per_conversation:.1f}" if row.anchors_per_conversation else DASH
 
 
 def _compile_cells(row: RunResult) -> tuple[str, str]:
@@ -142,6 +148,7 @@ def _offline_cells(row: RunResult, base: RunResult, is_base: bool) -> list[str]:
         DASH if is_base else fmt_delta(row.peak_memory_mb, base.peak_memory_mb, "MB"),
         _positions(row),
         _anchor_blocks(row),
+        _anchors_per_conversation(row),
         _warmup(row),
         graphs,
         recompiles,

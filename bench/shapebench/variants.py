@@ -17,6 +17,7 @@ class Variant:
     buckets: bool
     compile_blocks: bool
     anchor_buckets: bool = False  # the second static dimension (training.static_anchor_buckets)
+    packing: bool = False  # whole conversations packed into rows (training.packing, issue 16)
 
     def training_overrides(
         self, buckets: tuple[int, ...], anchor_buckets: tuple[int, ...] = ()
@@ -31,6 +32,8 @@ class Variant:
             out["static_shape_buckets"] = list(buckets)
         if self.anchor_buckets:
             out["static_anchor_buckets"] = list(anchor_buckets)
+        if self.packing:
+            out["packing"] = True
         if self.compile_blocks:
             # A recompile after warm-up is what the tables count; do not turn it into an error.
             out["fail_on_recompile"] = False
@@ -61,6 +64,11 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("buckets-anchors-compile",
             "fsdp2 + static_shape_buckets + anchor buckets + compile_blocks", "fsdp2", True, True,
             True, True),
+    # Issue 16: whole conversations packed into rows of max_length, one static shape.
+    Variant("packed", "fsdp2 + static_shapes + packing", "fsdp2", True, False, False,
+            packing=True),
+    Variant("packed-compile", "fsdp2 + static_shapes + packing + compile_blocks", "fsdp2", True,
+            False, True, packing=True),
 )  # fmt: skip
 
 BY_KEY = {variant.key: variant for variant in VARIANTS}
