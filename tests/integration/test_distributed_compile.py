@@ -2,12 +2,13 @@
 length x anchor-width grid and of the grad variants, no compile in training, and clear errors
 when a limit or a shape goes outside the plan.
 
-Each probe runs in a fresh process (Dynamo's caches and counters are per process). The Inductor
-cache under build/ makes a repeat run take seconds. A cold run compiles every graph it plans, and
-on two cores each one costs several seconds (Dynamo, AOT autograd, Inductor and a C++ build), so
-each test plans only the graphs its claim needs: the grid runs one draft block (6 graphs), the
-grad variants one length (2 graphs), and the two error tests the same 2 graphs, which the
-grad-variant test has already left in the cache.
+Each probe runs in a fresh process (Dynamo's caches and counters are per process). Every claim
+here is about Dynamo's graphs, guards and limits, so the probes compile with the `aot_eager`
+backend (SPECDRAFT_COMPILE_BACKEND): the same Dynamo graphs and AOT autograd joint graphs,
+without Inductor's code generation and C++ builds, which cost minutes per graph on two cold
+cores. Real Inductor code runs in tests/integration/test_packing_compile.py. Each test still
+plans only the graphs its claim needs: the grid runs one draft block (6 graphs), the grad
+variants one length (2 graphs), and the two error tests the same 2 graphs.
 """
 
 from __future__ import annotations
@@ -16,8 +17,16 @@ import pytest
 from _backend_runs import run_probe, write_config, write_conversations
 
 from specdraft.config import ShapePolicy, load_config
+from specdraft.trainer.backends.compile import COMPILE_BACKEND_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.compile]
+
+
+@pytest.fixture(autouse=True)
+def graphs_without_code_generation(monkeypatch):
+    """The probes (subprocesses) inherit the backend choice (see the module docstring)."""
+    monkeypatch.setenv(COMPILE_BACKEND_ENV, "aot_eager")
+
 
 # 2 lengths (128, max_length 256) x 2 anchor widths (72, num_anchors 128): the short replies have
 # 15-69 valid anchors and fit 128 tokens, the long ones 160-239 anchors, so training meets both

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,17 @@ log = logging.getLogger(__name__)
 # The plan configure_dynamo last applied: Dynamo's limits are process-wide, and an error about
 # them should quote the numbers the run planned.
 _active_plan: CompilePlan | None = None
+
+# Debugging and fast checks: the torch.compile backend of the draft blocks (default "inductor").
+# "aot_eager" traces the same Dynamo graphs and AOT autograd joint graphs, so graph counts,
+# guards, recompiles and the limits behave the same, without code generation (seconds instead of
+# minutes per graph on a CPU). Never set it for a run whose speed matters.
+COMPILE_BACKEND_ENV = "SPECDRAFT_COMPILE_BACKEND"
+
+
+def compile_backend() -> str:
+    """The torch.compile backend for the draft blocks: $SPECDRAFT_COMPILE_BACKEND or inductor."""
+    return os.environ.get(COMPILE_BACKEND_ENV, "").strip() or "inductor"
 
 
 class RecompileError(RuntimeError):
@@ -63,10 +75,15 @@ def apply_compile(model: nn.Module, plan: CompilePlan) -> int:
             "compile_blocks without static_shapes: Dynamo decides the shapes and every new "
             "sequence length may recompile; set training.static_shapes to avoid it"
         )
+    backend = compile_backend()
+    if backend != "inductor":
+        log.warning(
+            "%s=%s: draft blocks compile without code generation", COMPILE_BACKEND_ENV, backend
+        )
     for block in layers:
         # In place: block.compile() keeps the module and its parameter names, so FSDP wraps it
         # the same way and checkpoints load whether or not blocks were compiled.
-        block.compile(dynamic=plan.dynamic)
+        block.compile(dynamic=plan.dynamic, backend=backend)
     return len(layers)
 
 
