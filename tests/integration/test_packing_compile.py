@@ -1,6 +1,7 @@
 """Compiled draft blocks with sequence packing: the warm-up builds one graph set (the packed
 training graph and the unpacked evaluation graph of the one static length) and training, which
-meets real packed rows, the empty dummies of the last window and evaluation, never recompiles.
+meets real packed rows, the empty dummies of the last window and evaluation, never recompiles,
+and trains the same losses as the same packed run uncompiled.
 
 Every batch the trainer runs under packing carries the packed keys (document and position ids),
 so the dummies the warm-up compiles take the same path as real rows. One small probe (one draft
@@ -37,9 +38,15 @@ def test_packed_rows_compile_one_graph_set_and_never_recompile(tmp_path):
     # One length x one anchor width: the training graph and the no-grad evaluation forward.
     assert (plan.num_shapes, plan.num_widths, plan.graphs_per_block) == (1, 1, 2)
 
-    (run,) = run_probe(1, config, [[]])
+    # The same packed run uncompiled first (no graph in the process yet), then compiled.
+    eager_overrides = ["training.compile_blocks=false", "training.fail_on_recompile=false"]
+    eager, run = run_probe(1, config, [eager_overrides, []])
 
+    assert "error" not in eager, eager
     assert "error" not in run, run
+    # Compiled packed blocks compute what the eager ones do (Inductor fuses, so not bitwise).
+    assert run["loss"] == pytest.approx(eager["loss"], rel=1e-4)
+    assert run["grad_norm"] == pytest.approx(eager["grad_norm"], rel=1e-3)
     assert run["compile_graphs"] == plan.graphs_per_block
     assert run["recompiles_after_warmup"] == 0
     assert run["compile_metrics"] == [[plan.graphs_per_block, 0]] * run["steps"]
