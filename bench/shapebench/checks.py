@@ -9,10 +9,30 @@ per conversation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from .results import RunResult
+
+RunIndex = dict[tuple[str, str, str], RunResult]
+
+
+def _index(rows: Sequence[RunResult]) -> RunIndex:
+    """The successful runs by (workload, algorithm, variant)."""
+    return {(r.workload, r.algorithm, r.variant): r for r in rows if r.ok}
+
+
+def _measured_pairs(
+    index: RunIndex, pairs: Sequence[tuple[str, str]]
+) -> Iterator[tuple[str, str, RunResult, RunResult]]:
+    """(workload, algorithm, first, second) for every pair of variants both measured, in order."""
+    for workload, algorithm in sorted({(w, a) for w, a, _ in index}):
+        for first_key, second_key in pairs:
+            first = index.get((workload, algorithm, first_key))
+            second = index.get((workload, algorithm, second_key))
+            if first is not None and second is not None:
+                yield workload, algorithm, first, second
+
 
 # Pairs compared: (buckets variant, static variant).
 PAIRS = (("buckets", "static"), ("buckets-compile", "static-compile"))
@@ -51,31 +71,27 @@ def bucket_checks(
     rows: Sequence[RunResult], *, tolerance: float, workloads: Sequence[str] = ("variable", "long")
 ) -> list[BucketCheck]:
     """Every buckets-vs-static pair that was measured on the synthetic workloads."""
-    index = {(r.workload, r.algorithm, r.variant): r for r in rows if r.ok}
+    index = _index(rows)
     checks = []
-    for workload, algorithm in sorted({(r.workload, r.algorithm) for r in rows}):
+    for workload, algorithm, fast, slow in _measured_pairs(index, PAIRS):
         if workload not in workloads:
             continue
-        for bucket_key, static_key in PAIRS:
-            fast = index.get((workload, algorithm, bucket_key))
-            slow = index.get((workload, algorithm, static_key))
-            if fast is None or slow is None or not slow.positions_per_real_token:
-                continue
-            checks.append(
-                BucketCheck(
-                    workload,
-                    algorithm,
-                    bucket_key,
-                    static_key,
-                    1.0 - fast.positions_per_real_token / slow.positions_per_real_token,
-                    # The mean, not the median: buckets make step times multi-modal, and the
-                    # saving they buy is in the average step (throughput).
-                    1.0 - fast.compute_ms_mean / slow.compute_ms_mean
-                    if slow.compute_ms_mean
-                    else 0.0,
-                    tolerance,
-                )
+        bucket_key, static_key = fast.variant, slow.variant
+        if not slow.positions_per_real_token:
+            continue
+        checks.append(
+            BucketCheck(
+                workload,
+                algorithm,
+                bucket_key,
+                static_key,
+                1.0 - fast.positions_per_real_token / slow.positions_per_real_token,
+                # The mean, not the median: buckets make step times multi-modal, and the
+                # saving they buy is in the average step (throughput).
+                1.0 - fast.compute_ms_mean / slow.compute_ms_mean if slow.compute_ms_mean else 0.0,
+                tolerance,
             )
+        )
     return checks
 
 
@@ -189,39 +205,35 @@ class AnchorCheck:
 
 def anchor_checks(rows: Sequence[RunResult]) -> list[AnchorCheck]:
     """Every anchor-buckets-vs-plain pair measured, with the anchor-block tally of both."""
-    index = {(r.workload, r.algorithm, r.variant): r for r in rows if r.ok}
+    index = _index(rows)
     checks = []
-    for workload, algorithm in sorted({(r.workload, r.algorithm) for r in rows}):
-        for anchor_key, plain_key in ANCHOR_PAIRS:
-            with_anchors = index.get((workload, algorithm, anchor_key))
-            plain = index.get((workload, algorithm, plain_key))
-            if with_anchors is None or plain is None:
-                continue
-            if not (with_anchors.anchor_blocks_per_valid and plain.anchor_blocks_per_valid):
-                continue
-            change = (
-                with_anchors.compute_ms_mean / plain.compute_ms_mean - 1.0
-                if plain.compute_ms_mean
-                else None
+    for workload, algorithm, with_anchors, plain in _measured_pairs(index, ANCHOR_PAIRS):
+        anchor_key, plain_key = with_anchors.variant, plain.variant
+        if not (with_anchors.anchor_blocks_per_valid and plain.anchor_blocks_per_valid):
+            continue
+        change = (
+            with_anchors.compute_ms_mean / plain.compute_ms_mean - 1.0
+            if plain.compute_ms_mean
+            else None
+        )
+        # Both runs see the same micro-batches (the sampler does not depend on the anchor
+        # widths), so the plain run's exact-width tally is the floor of both. A row from
+        # before the tally existed has none: fall back to pad-to-longest's row.
+        exact = plain.exact_anchor_blocks_per_valid or _pad_to_longest_floor(
+            index, workload, algorithm
+        )
+        checks.append(
+            AnchorCheck(
+                workload,
+                algorithm,
+                anchor_key,
+                plain_key,
+                plain.anchor_blocks_per_valid,
+                with_anchors.anchor_blocks_per_valid,
+                change,
+                exact or 1.0,
             )
-            # Both runs see the same micro-batches (the sampler does not depend on the anchor
-            # widths), so the plain run's exact-width tally is the floor of both. A row from
-            # before the tally existed has none: fall back to pad-to-longest's row.
-            exact = plain.exact_anchor_blocks_per_valid or _pad_to_longest_floor(
-                index, workload, algorithm
-            )
-            checks.append(
-                AnchorCheck(
-                    workload,
-                    algorithm,
-                    anchor_key,
-                    plain_key,
-                    plain.anchor_blocks_per_valid,
-                    with_anchors.anchor_blocks_per_valid,
-                    change,
-                    exact or 1.0,
-                )
-            )
+        )
     return checks
 
 
@@ -314,25 +326,23 @@ class PackingCheck:
 
 def packing_checks(rows: Sequence[RunResult]) -> list[PackingCheck]:
     """Every packed-vs-unpacked pair measured."""
-    index = {(r.workload, r.algorithm, r.variant): r for r in rows if r.ok}
+    index = _index(rows)
     checks = []
-    for workload, algorithm in sorted({(r.workload, r.algorithm) for r in rows}):
-        for packed_key, plain_key in PACKING_PAIRS:
-            packed = index.get((workload, algorithm, packed_key))
-            plain = index.get((workload, algorithm, plain_key))
-            if packed is None or plain is None or not plain.samples_per_s:
-                continue
-            checks.append(
-                PackingCheck(
-                    workload,
-                    algorithm,
-                    packed_key,
-                    plain_key,
-                    packed.positions_per_real_token,
-                    plain.positions_per_real_token,
-                    packed.samples_per_s / plain.samples_per_s,
-                    packed.anchors_per_conversation,
-                    plain.anchors_per_conversation,
-                )
+    for workload, algorithm, packed, plain in _measured_pairs(index, PACKING_PAIRS):
+        if not plain.samples_per_s:
+            continue
+        packed_key, plain_key = packed.variant, plain.variant
+        checks.append(
+            PackingCheck(
+                workload,
+                algorithm,
+                packed_key,
+                plain_key,
+                packed.positions_per_real_token,
+                plain.positions_per_real_token,
+                packed.samples_per_s / plain.samples_per_s,
+                packed.anchors_per_conversation,
+                plain.anchors_per_conversation,
             )
+        )
     return checks

@@ -17,9 +17,9 @@ from typing import NamedTuple
 
 from torch import Tensor
 
-DOCUMENT_IDS = "document_ids"
-POSITION_IDS = "position_ids"
-DOCUMENT_SAMPLE_IDS = "document_sample_ids"
+# The key names are the packing collator's (one definition for the producer and the reader).
+from specdraft.collate import DOCUMENT_IDS, DOCUMENT_SAMPLE_IDS, POSITION_IDS
+
 LAYOUT_KEYS = (DOCUMENT_IDS, POSITION_IDS, DOCUMENT_SAMPLE_IDS)
 
 
