@@ -253,8 +253,14 @@ def test_anchor_occupancy_comes_from_the_corpus_masks_and_the_runs_sampler(
         ),
     }
     policies = {p["name"]: p for p in anchors["policies"]}
-    assert set(policies) == set(computed)
+    grouped = {"pad-to-longest + anchor_grouped", "anchor buckets + anchor_grouped"}
+    assert set(policies) == set(computed) | grouped
     assert policies["anchor buckets"]["configured"]
+    # One sample per micro-batch: grouping by anchor count cannot change a width, nor is it hinted.
+    for name in grouped:
+        assert policies[name]["computed_blocks"] == computed[name.split(" + ")[0]]
+        assert not policies[name]["configured"]
+    assert not [w for w in report_warnings(result) if w["code"] == "anchor-grouping"]
     for name, blocks in computed.items():
         assert policies[name]["computed_blocks"] == blocks, name
         assert policies[name]["valid_blocks"] == valid

@@ -20,6 +20,7 @@ RANGES = {
     "anchor_bucket_above_num_anchors": "SD2",
     "anchor_buckets_without_static": "SD2",
     "packing_without_static": "SD2",
+    "anchor_grouped_with_bucket_sync": "SD2",
     "layer_id_negative": "SD3",
     "layer_id_duplicate": "SD3",
     "selector_gold_policy_missing": "SD3",

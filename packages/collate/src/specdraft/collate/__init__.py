@@ -25,6 +25,7 @@ from .padding import (
     anchor_counts,
     batch_anchor_width,
     pad_and_concatenate_features,
+    valid_anchor_count,
 )
 from .samplers import MicroBatchSampler, sampler_from_config
 from .suggest import bucket_cost, grid_weights, optimal_buckets, suggest_buckets
@@ -61,4 +62,5 @@ __all__ = [
     "split_rows",
     "static_pad_length",
     "suggest_buckets",
+    "valid_anchor_count",
 ]

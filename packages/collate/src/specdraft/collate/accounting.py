@@ -16,7 +16,7 @@ from .lengths import PadTo, check_pad_to, resolve_static_length
 from .samplers import MicroBatch, MicroBatchSampler, chunk, length_grouped_order, random_order
 
 SamplerName = Literal["random", "length_grouped", "bucket_synchronized"]
-SAMPLERS: tuple[str, ...] = ("random", "length_grouped", "bucket_synchronized")
+SAMPLERS: tuple[str, ...] = ("random", "length_grouped", "anchor_grouped", "bucket_synchronized")
 
 
 def plan_micro_batches(
@@ -29,8 +29,12 @@ def plan_micro_batches(
     pad_to: PadTo = None,
     mega_batch_multiplier: int = 50,
     epoch: int = 0,
+    anchor_counts: Sequence[int] | None = None,
 ) -> list[MicroBatch]:
-    """The non-empty micro-batches of one epoch of `sampler`, over all ranks."""
+    """The non-empty micro-batches of one epoch of `sampler`, over all ranks.
+
+    `anchor_counts` (per sample, already capped at num_anchors) is needed by "anchor_grouped".
+    """
     if sampler == "random":
         return chunk(random_order(len(lengths), seed=seed, epoch=epoch), micro_batch_size)
     if sampler == "length_grouped":
@@ -42,18 +46,22 @@ def plan_micro_batches(
             epoch=epoch,
         )
         return chunk(order, micro_batch_size)
-    if sampler == "bucket_synchronized":
-        # Which bucket a micro-batch lands in depends on the ranks (rows are cut per bucket), so
-        # this one needs the full plan; the window size does not matter, one micro-step will do.
+    if sampler in ("anchor_grouped", "bucket_synchronized"):
+        # These need the full plan: anchor grouping sorts by the bucket, and with bucket sync
+        # which bucket a micro-batch lands in depends on the ranks (rows are cut per bucket).
+        # The window size does not matter, one micro-step will do.
+        grouped = sampler == "anchor_grouped"
         plan = MicroBatchSampler(
             lengths,
             micro_batch_size=micro_batch_size,
             grad_accum_steps=1,
             num_replicas=num_replicas,
             seed=seed,
-            bucket_synchronized=True,
+            bucket_synchronized=not grouped,
             pad_to=pad_to,
             mega_batch_multiplier=mega_batch_multiplier,
+            anchor_grouped=grouped,
+            anchor_counts=anchor_counts if grouped else None,
         ).epoch_plan(epoch)
         return [batch for rank in plan for batch in rank if batch]
     raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
@@ -184,6 +192,7 @@ def account_padding(
     seed: int = 0,
     num_replicas: int = 1,
     mega_batch_multiplier: int = 50,
+    anchor_counts: Sequence[int] | None = None,
 ) -> PaddingReport:
     """Real tokens, computed positions and per-bucket counts of `pad_to` under `sampler`."""
     lengths = [int(n) for n in lengths]
@@ -196,6 +205,7 @@ def account_padding(
         num_replicas=num_replicas,
         pad_to=pad_to,
         mega_batch_multiplier=mega_batch_multiplier,
+        anchor_counts=anchor_counts,
     )
     real, computed, per_bucket = account_micro_batches(lengths, micro_batches, pad_to)
     return PaddingReport(

@@ -22,6 +22,7 @@ from .histogram import length_histogram
 from .length_source import LengthSource
 from .lengths import PadTo, describe_pad_to, resolve_static_length
 from .packing_accounting import PackingStats, account_packing
+from .samplers import MicroBatch
 from .suggest import bucket_cost, grid_weights, optimal_buckets
 
 if TYPE_CHECKING:
@@ -29,15 +30,28 @@ if TYPE_CHECKING:
 
 # A bucket used by fewer micro-batches than this share is first met, and compiled, mid-run.
 RARE_BUCKET_SHARE = 0.02
+# Anchor grouping that saves at least this share of the anchor blocks is worth a warning.
+GROUPING_HINT_SHARE = 0.05
 # Configured buckets that compute this much more than the optimal ones are worth changing.
 WORSE_THAN_SUGGESTION = 1.05
 
 
-def config_sampler(config: Config) -> str:
-    """The sampler name of a config, for accounting: bucket sync wins over length grouping."""
+def config_sampler(config: Config, *, with_counts: bool = True) -> str:
+    """The sampler name of a config, for accounting: bucket sync, then anchor, then length.
+
+    Anchor grouping needs the samples' anchor counts; without them (`with_counts=False`, e.g. a
+    lengths file) the base sampler stands in.
+    """
     if config.data.bucket_synchronized:
         return "bucket_synchronized"
-    return "length_grouped" if config.data.length_grouped else "random"
+    if anchor_grouping(config) and with_counts:
+        return "anchor_grouped"
+    return base_sampler(config)
+
+
+def anchor_grouping(config: Config) -> bool:
+    """Whether the run's plan is anchor-grouped (packing ignores the setting)."""
+    return config.data.anchor_grouped and not config.training.packing
 
 
 def base_sampler(config: Config) -> str:
@@ -81,7 +95,7 @@ def build_report(
         "micro_batch_size": training.micro_batch_size,
         "num_replicas": config.deployment.world_size,
         "seed": training.seed,
-        "sampler": config_sampler(config),
+        "sampler": config_sampler(config, with_counts=source.anchor_counts is not None),
         "pad_policy": {
             "kind": _policy_kind(pad_to),
             "pad_to": _jsonable(pad_to),
@@ -109,7 +123,18 @@ def build_report(
         return report
 
     lengths = source.lengths
-    reports = _policy_reports(config, lengths, pad_to)
+    counts = _capped(config, source.anchor_counts)
+    if anchor_grouping(config) and counts is None:
+        report["warnings"].append(
+            {
+                "code": "anchor-grouping-unknown",
+                "message": "data.anchor_grouped orders micro-batches by anchor count, which "
+                f"needs the loss masks; {source.description} has none, so the micro-batches "
+                f"are counted in {base_sampler(config).replace('_', '-')} order; run "
+                "explain-buckets on the corpus to see the anchor-grouped plan",
+            }
+        )
+    reports = _policy_reports(config, lengths, pad_to, counts)
     longest_cost = reports["pad-to-longest"].computed_positions
     for name, padding in reports.items():
         report["policies"].append(
@@ -196,7 +221,16 @@ def _packing_stats(
     ]
 
 
-def _policy_reports(config: Config, lengths: list[int], pad_to: PadTo) -> dict[str, PaddingReport]:
+def _capped(config: Config, counts: list[int] | None) -> list[int] | None:
+    """Anchor counts as the run uses them: min(num_anchors, valid anchors)."""
+    if counts is None:
+        return None
+    return [min(config.training.num_anchors, c) for c in counts]
+
+
+def _policy_reports(
+    config: Config, lengths: list[int], pad_to: PadTo, counts: list[int] | None = None
+) -> dict[str, PaddingReport]:
     """The three policies on the config's micro-batches, keyed by name."""
     data, training = config.data, config.training
     common = {
@@ -213,7 +247,11 @@ def _policy_reports(config: Config, lengths: list[int], pad_to: PadTo) -> dict[s
     }
     if isinstance(pad_to, tuple):
         reports["buckets"] = account_padding(
-            lengths, pad_to=pad_to, sampler=config_sampler(config), **common
+            lengths,
+            pad_to=pad_to,
+            sampler=config_sampler(config, with_counts=counts is not None),
+            anchor_counts=counts,
+            **common,
         )
     return reports
 
@@ -331,15 +369,27 @@ def _anchor_section(
     """The second dimension: anchor occupancy per policy and per grid cell, on the run's batches."""
     training = config.training
     num = training.num_anchors
-    micro_batches = plan_micro_batches(
-        lengths,
-        micro_batch_size=training.micro_batch_size,
-        sampler=config_sampler(config),
-        seed=training.seed,
-        num_replicas=config.deployment.world_size,
-        pad_to=shapes.pad_to,
-        mega_batch_multiplier=config.data.mega_batch_multiplier,
-    )
+    capped = _capped(config, counts)
+
+    def plan(sampler: str) -> list[MicroBatch]:
+        return plan_micro_batches(
+            lengths,
+            micro_batch_size=training.micro_batch_size,
+            sampler=sampler,
+            seed=training.seed,
+            num_replicas=config.deployment.world_size,
+            pad_to=shapes.pad_to,
+            mega_batch_multiplier=config.data.mega_batch_multiplier,
+            anchor_counts=capped,
+        )
+
+    micro_batches = plan(config_sampler(config))
+    # The other order, for the joint effect: with anchor grouping when the run does not group
+    # (and can: bucket-synchronised and packed plans cannot), without it when it does.
+    grouped = anchor_grouping(config)
+    other: list[MicroBatch] | None = None
+    if not shapes.packing and not config.data.bucket_synchronized:
+        other = plan(base_sampler(config) if grouped else "anchor_grouped")
     # The run's own policy, and the two without anchor buckets it is compared with.
     static_lengths = shapes.pad_to or config.data.max_length
     candidates = {
@@ -362,12 +412,20 @@ def _anchor_section(
         for name, policy in candidates.items()
     }
     configured = account_anchors(lengths, counts, micro_batches, shapes)
+    policies = [_anchor_policy(name, r, name == configured_name) for name, r in reports.items()]
+    if other is not None:
+        suffix = " (not anchor-grouped)" if grouped else " + anchor_grouped"
+        for name, policy in candidates.items():
+            if name != "static (num_anchors)":  # num_anchors blocks whatever the order
+                other_report = account_anchors(lengths, counts, other, policy)
+                policies.append(_anchor_policy(name + suffix, other_report, False))
+        if not grouped:
+            _grouping_hint(policies, configured_name, warnings)
     section: dict[str, Any] = {
         "num_anchors": num,
         "widths": list(shapes.anchor_widths),
-        "policies": [
-            _anchor_policy(name, r, name == configured_name) for name, r in reports.items()
-        ],
+        "anchor_grouped": grouped,
+        "policies": policies,
         "cells": [cell.to_dict() for cell in configured.cells],
         "suggestion": None,
     }
@@ -408,6 +466,28 @@ def _anchor_section(
             else 0.0,
         }
     return section
+
+
+def _grouping_hint(
+    policies: list[dict[str, Any]], configured_name: str, warnings: list[dict[str, str]]
+) -> None:
+    """Suggest data.anchor_grouped when it would cut the configured policy's anchor blocks."""
+    by_name = {p["name"]: p for p in policies}
+    mine = by_name.get(configured_name)
+    theirs = by_name.get(configured_name + " + anchor_grouped")
+    if not mine or not theirs or not mine["computed_blocks"]:
+        return
+    saved = 1.0 - theirs["computed_blocks"] / mine["computed_blocks"]
+    if saved >= GROUPING_HINT_SHARE:
+        warnings.append(
+            {
+                "code": "anchor-grouping",
+                "message": f"data.anchor_grouped = true would compute {saved:.1%} fewer anchor "
+                f"blocks under {configured_name} (occupancy {mine['occupancy']:.1%} -> "
+                f"{theirs['occupancy']:.1%}): micro-batches of samples with similar anchor "
+                "counts need narrower widths",
+            }
+        )
 
 
 def _compile_section(config: Config, shapes: ShapePolicy) -> dict[str, Any] | None:

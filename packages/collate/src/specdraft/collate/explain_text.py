@@ -36,6 +36,7 @@ def _sampler_words(report: dict[str, Any]) -> str:
     words = {
         "random": "random order",
         "length_grouped": "length-grouped order",
+        "anchor_grouped": "anchor-grouped order (by shape bucket, then anchor count)",
         "bucket_synchronized": "bucket-synchronised ranks",
     }
     if report.get("packing"):

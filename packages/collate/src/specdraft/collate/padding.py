@@ -42,6 +42,12 @@ def anchor_counts(loss_mask: torch.Tensor) -> list[int]:
     return (supervised[:, :-1] & supervised[:, 1:]).sum(dim=1).tolist()
 
 
+def valid_anchor_count(loss_mask: Sequence[int]) -> int:
+    """Valid anchors of one sample's loss mask (a and a+1 both supervised), as anchor_counts."""
+    supervised = torch.as_tensor(loss_mask, dtype=torch.bool)
+    return int((supervised[:-1] & supervised[1:]).sum())
+
+
 def batch_anchor_width(loss_mask: torch.Tensor, policy: ShapePolicy) -> int:
     """The anchor width of a collated micro-batch under `policy` (largest count, bucketed)."""
     return policy.anchor_width(max(anchor_counts(loss_mask), default=0))

@@ -27,6 +27,15 @@ cut into micro-batches, `num_replicas` at a time ("rows"). Leftovers are placed 
 An empty micro-batch never slows a micro-step down (the trainer should build its dummy at the
 smallest bucket), so it is exempt from the bucket synchronisation.
 
+Anchor-grouped plans (`anchor_grouped=True`, data.anchor_grouped) sort each shuffled mega-batch
+by (shape bucket, anchor count), fullest first, so the rows of a micro-batch need about the same
+anchor width and an anchor bucket (or pad-to-longest's exact width) computes few empty blocks.
+The count of a sample is `min(num_anchors, valid anchors)` from its loss mask, the number the
+collator later reads. Whole optimizer windows (`num_replicas x grad_accum_steps` consecutive
+micro-batches: similar widths on every rank and micro-step) are then shuffled (seeded), so the
+epoch does not walk each mega-batch from its fullest to its emptiest samples, and a window's
+samples still depend only on the window size, not on how it is split over ranks.
+
 Packed plans (`packing=True`, training.packing) keep the same format: a micro-batch is still a
 flat list of sample indices, now the documents of up to `micro_batch_size` rows listed row after
 row (the collator recovers the rows with `packing.split_rows`). The epoch's seeded random order
@@ -69,9 +78,10 @@ CONFIG_FIELDS = {
     "pad_to": "training.static_shape_buckets",
     "mega_batch_multiplier": "data.mega_batch_multiplier",
     "packing": "training.packing",
+    "anchor_grouped": "data.anchor_grouped",
 }
 # Fingerprint entries older checkpoints lack, with the value those plans had.
-_FINGERPRINT_DEFAULTS: dict[str, Any] = {"packing": False}
+_FINGERPRINT_DEFAULTS: dict[str, Any] = {"packing": False, "anchor_grouped": False}
 
 
 class SamplerStateMismatch(ValueError):
@@ -98,6 +108,26 @@ def random_order(num_samples: int, *, seed: int, epoch: int) -> list[int]:
     return _shuffled(num_samples, derived_seed(seed, epoch, "order"))
 
 
+def grouped_order(
+    keys: Sequence[Any],
+    *,
+    micro_batch_size: int,
+    mega_batch_multiplier: int,
+    seed: int,
+    epoch: int,
+) -> list[int]:
+    """A seeded permutation cut into mega-batches, each sorted by `keys[i]`, largest first."""
+    order = random_order(len(keys), seed=seed, epoch=epoch)
+    mega = micro_batch_size * mega_batch_multiplier
+    grouped: list[int] = []
+    for start in range(0, len(order), mega):
+        # Largest first: the first micro-batch of a run is among its largest, so an out-of-memory
+        # shows up on the first step rather than hours in. The sort is stable (also reversed),
+        # so ties keep the shuffled order.
+        grouped.extend(sorted(order[start : start + mega], key=keys.__getitem__, reverse=True))
+    return grouped
+
+
 def length_grouped_order(
     lengths: Sequence[int],
     *,
@@ -107,15 +137,21 @@ def length_grouped_order(
     epoch: int,
 ) -> list[int]:
     """A seeded permutation cut into mega-batches, each sorted by length (longest first)."""
-    order = random_order(len(lengths), seed=seed, epoch=epoch)
-    mega = micro_batch_size * mega_batch_multiplier
-    grouped: list[int] = []
-    for start in range(0, len(order), mega):
-        # Longest first: the first micro-batch of a run is among its largest, so an out-of-memory
-        # shows up on the first step rather than hours in. The sort is stable, so ties keep the
-        # shuffled order.
-        grouped.extend(sorted(order[start : start + mega], key=lambda i: -lengths[i]))
-    return grouped
+    return grouped_order(
+        lengths,
+        micro_batch_size=micro_batch_size,
+        mega_batch_multiplier=mega_batch_multiplier,
+        seed=seed,
+        epoch=epoch,
+    )
+
+
+def shuffle_windows(micro_batches: list[MicroBatch], *, window: int, seed: int) -> list[MicroBatch]:
+    """Shuffle whole windows of `window` consecutive micro-batches; a partial last one stays."""
+    whole = len(micro_batches) - len(micro_batches) % window
+    blocks = [micro_batches[w : w + window] for w in range(0, whole, window)]
+    shuffled = [batch for i in _shuffled(len(blocks), seed) for batch in blocks[i]]
+    return shuffled + micro_batches[whole:]
 
 
 def chunk(order: Sequence[int], size: int) -> list[MicroBatch]:
@@ -213,6 +249,8 @@ class MicroBatchSampler:
         mega_batch_multiplier: int = 50,
         packing: bool = False,
         row_capacity: int | None = None,
+        anchor_grouped: bool = False,
+        anchor_counts: Sequence[int] | None = None,
     ) -> None:
         for name, value in (
             ("micro_batch_size", micro_batch_size),
@@ -251,6 +289,11 @@ class MicroBatchSampler:
                     "(training.packing requires static_shapes)"
                 )
             self.row_capacity = int(capacity)
+        # Packed rows hold about num_anchors anchors each: packing ignores anchor grouping.
+        self.anchor_grouped = bool(anchor_grouped) and not self.packing
+        self._anchor_keys: list[tuple[int, int]] = []
+        if self.anchor_grouped:
+            self._anchor_keys = self._grouping_keys(anchor_counts, policy)
         if self.bucket_synchronized and not self.packing:
             if not isinstance(self.pad_to, tuple):
                 raise ValueError(
@@ -264,10 +307,43 @@ class MicroBatchSampler:
         self._position = 0
         self._cached: tuple[int, list[list[MicroBatch]]] | None = None
 
+    def _grouping_keys(
+        self, anchor_counts: Sequence[int] | None, policy: ShapePolicy
+    ) -> list[tuple[int, int]]:
+        """(shape bucket, min(num_anchors, count)) per sample: what anchor grouping sorts by."""
+        if anchor_counts is None or len(anchor_counts) != len(self.lengths):
+            got = "none" if anchor_counts is None else str(len(anchor_counts))
+            raise ValueError(
+                f"anchor_grouped needs one anchor count per sample ({len(self.lengths)}), got "
+                f"{got}: pass the valid anchors of each loss mask (collate.anchor_counts)"
+            )
+        if self.bucket_synchronized:
+            raise ValueError(
+                "anchor_grouped cannot be combined with bucket_synchronized (SD220): drop one "
+                "of data.anchor_grouped and data.bucket_synchronized"
+            )
+        cap = policy.num_anchors
+        buckets = self.pad_to if isinstance(self.pad_to, tuple) else ()
+        keys = []
+        for length, count in zip(self.lengths, anchor_counts, strict=True):
+            if int(count) < 0:
+                raise ValueError(f"anchor count {count} is negative")
+            capped = min(int(count), cap) if cap is not None else int(count)
+            keys.append((bisect.bisect_left(buckets, length), capped))
+        return keys
+
     # ------------------------------------------------------------------------------- the plan
 
     def base_order(self, epoch: int) -> list[int]:
-        """The epoch's sample order before micro-batching (random or length-grouped)."""
+        """The epoch's sample order before micro-batching (random, length- or anchor-grouped)."""
+        if self.anchor_grouped:
+            return grouped_order(
+                self._anchor_keys,
+                micro_batch_size=self.micro_batch_size,
+                mega_batch_multiplier=self.mega_batch_multiplier,
+                seed=self.seed,
+                epoch=epoch,
+            )
         if self.length_grouped:
             return length_grouped_order(
                 self.lengths,
@@ -289,6 +365,17 @@ class MicroBatchSampler:
         order = self.base_order(epoch)
         if self.bucket_synchronized:
             plan = self._bucket_synchronized_plan(order, epoch)
+        elif self.anchor_grouped:
+            micro_batches = shuffle_windows(
+                chunk(order, self.micro_batch_size),
+                window=self.num_replicas * self.grad_accum_steps,
+                seed=derived_seed(self.seed, epoch, "anchor-windows"),
+            )
+            plan = deal(
+                micro_batches,
+                num_replicas=self.num_replicas,
+                grad_accum_steps=self.grad_accum_steps,
+            )
         else:
             plan = deal(
                 chunk(order, self.micro_batch_size),
@@ -371,6 +458,7 @@ class MicroBatchSampler:
             "pad_to": list(self.pad_to) if isinstance(self.pad_to, tuple) else self.pad_to,
             "mega_batch_multiplier": self.mega_batch_multiplier,
             "packing": self.packing,
+            "anchor_grouped": self.anchor_grouped,
         }
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
@@ -431,9 +519,19 @@ def sampler_from_config(
     num_replicas: int,
     rank: int,
     shapes: ShapePolicy,
+    anchor_counts: Sequence[int] | None = None,
 ) -> MicroBatchSampler:
-    """The run's micro-batch sampler, from its config and its one shape policy."""
+    """The run's micro-batch sampler, from its config and its one shape policy.
+
+    `anchor_counts` (valid anchors per sample, from the loss masks) is needed when
+    data.anchor_grouped is set; the sampler caps them at the policy's num_anchors.
+    """
     training, data = config.training, config.data
+    if data.anchor_grouped and not training.packing and anchor_counts is None:
+        raise ValueError(
+            "data.anchor_grouped needs each sample's anchor count (from its loss mask); this "
+            "data source has no loss masks, so set data.anchor_grouped = false"
+        )
     return MicroBatchSampler(
         lengths,
         micro_batch_size=training.micro_batch_size,
@@ -447,4 +545,6 @@ def sampler_from_config(
         mega_batch_multiplier=data.mega_batch_multiplier,
         packing=training.packing,
         row_capacity=config.data.max_length if training.packing else None,
+        anchor_grouped=data.anchor_grouped,
+        anchor_counts=anchor_counts if data.anchor_grouped else None,
     )

@@ -97,8 +97,17 @@ CODES: tuple[Code, ...] = (
     Code("SD218", "packing-without-static", "error",
          "training.packing is set but static_shapes is off.", ("packing_without_static",)),
     Code("SD219", "packing-ignores-grouping", "warning",
-         "data.length_grouped or data.bucket_synchronized is set with training.packing, which "
-         "ignores them."),
+         "data.length_grouped, data.anchor_grouped or data.bucket_synchronized is set with "
+         "training.packing, which ignores them."),
+    Code("SD220", "anchor-grouped-with-bucket-sync", "error",
+         "data.anchor_grouped is set with data.bucket_synchronized.",
+         ("anchor_grouped_with_bucket_sync",)),
+    Code("SD221", "anchor-grouped-without-effect", "warning",
+         "data.anchor_grouped with static_shapes but no static_anchor_buckets: every "
+         "micro-batch computes num_anchors blocks anyway."),
+    Code("SD222", "anchor-grouped-replaces-length-grouped", "warning",
+         "data.length_grouped is ignored: data.anchor_grouped sorts by shape bucket and "
+         "anchor count."),
     # ---- the model and its target
     Code("SD301", "layer-id-negative", "error", "A target layer id is negative.",
          ("layer_id_negative",)),

@@ -74,8 +74,9 @@ def shape_problems(config: Config) -> list[Problem]:
                 "length; set training.static_shapes = true (and static_shape_buckets)",
             )
         )
+    problems += anchor_grouping_problems(config)
     if training.packing:
-        for name in ("length_grouped", "bucket_synchronized"):
+        for name in ("length_grouped", "anchor_grouped", "bucket_synchronized"):
             if getattr(config.data, name):
                 problems.append(
                     Problem(
@@ -93,6 +94,40 @@ def shape_problems(config: Config) -> list[Problem]:
                 ("training", "fp8_linear"),
                 "fp8_linear needs CUDA GPUs with float8 support (torchao Float8Linear); it "
                 "cannot run on CPU",
+            )
+        )
+    return problems
+
+
+def anchor_grouping_problems(config: Config) -> list[Problem]:
+    """Warnings about data.anchor_grouped where it has no effect or overrides length grouping."""
+    training, data = config.training, config.data
+    if not data.anchor_grouped or training.packing:
+        return []  # packing ignores it: SD219
+    problems = []
+    if training.static_shapes and not training.static_anchor_buckets:
+        problems.append(
+            Problem(
+                "SD221",
+                ("data", "anchor_grouped"),
+                "data.anchor_grouped has no effect: with static_shapes and no "
+                "training.static_anchor_buckets every micro-batch computes num_anchors "
+                f"({training.num_anchors}) anchor blocks; set static_anchor_buckets (see "
+                "`specdraft explain-buckets --suggest-anchors K`) or drop anchor_grouped",
+            )
+        )
+    if data.length_grouped:
+        problems.append(
+            Problem(
+                "SD222",
+                ("data", "length_grouped"),
+                "data.length_grouped is ignored: data.anchor_grouped sorts each mega-batch by "
+                "shape bucket, then anchor count"
+                + (
+                    ""
+                    if training.static_shapes
+                    else " (with pad-to-longest by anchor count only, so lengths mix)"
+                ),
             )
         )
     return problems

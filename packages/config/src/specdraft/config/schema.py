@@ -296,10 +296,18 @@ class DataConfig(_Section):
         "from the same shape bucket, so no rank waits for a longer one. Needs "
         "training.static_shape_buckets.",
     )
+    anchor_grouped: bool = Field(
+        False,
+        description="Group micro-batches by anchor count: shuffled mega-batches sorted by each "
+        "sample's valid anchors, min(num_anchors, valid anchors), within its shape bucket "
+        "(seeded, identical on every rank), so a micro-batch's rows need similar anchor widths "
+        "and training.static_anchor_buckets (or pad-to-longest) computes few empty anchor "
+        "blocks. Every sample is still seen once per epoch.",
+    )
     mega_batch_multiplier: PositiveInt = Field(
         50,
         le=MAX_SAMPLES_PER_BATCH,
-        description="Micro-batches per mega-batch for length grouping.",
+        description="Micro-batches per mega-batch for length or anchor grouping.",
     )
     cache_dir: str | None = Field(
         None,
@@ -716,6 +724,15 @@ class Config(_Section):
                 f"{BUCKET_QUANTUM}: it is the last shape bucket; try {fixed}",
                 key="data.max_length",
             )
+        if data.anchor_grouped and data.bucket_synchronized and not training.packing:
+            raise _rule(
+                "anchor_grouped_with_bucket_sync",
+                "data.anchor_grouped cannot be combined with data.bucket_synchronized: "
+                "bucket-synchronised plans pair a bucket's samples with the ones carried up from "
+                "smaller buckets, not by anchor count; drop one of them (anchor_grouped already "
+                "keeps a micro-batch inside one shape bucket where the bucket has enough samples)",
+                key="data.anchor_grouped",
+            )
         if data.bucket_synchronized and not training.static_shape_buckets:
             raise _rule(
                 "bucket_sync_without_buckets",
@@ -789,6 +806,7 @@ RULE_TYPES = (
     "bucket_above_max_length",
     "max_length_not_multiple",
     "bucket_sync_without_buckets",
+    "anchor_grouped_with_bucket_sync",
     "anchor_bucket_not_positive",
     "anchor_bucket_not_increasing",
     "anchor_bucket_above_num_anchors",

@@ -16,6 +16,7 @@ from .dataset import (
     build_dataset,
     corpus_lengths,
     load_tokenizer,
+    sample_anchor_counts,
     sample_lengths,
     tokenise_sources,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "read_sharegpt_package",
     "render_chat",
     "resolve_chat_template",
+    "sample_anchor_counts",
     "sample_lengths",
     "sharegpt_package_file",
     "tokenise_sources",

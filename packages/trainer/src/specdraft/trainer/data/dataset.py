@@ -265,6 +265,20 @@ def sample_lengths(dataset: Any) -> list[int]:
     return pc.list_value_length(column).to_pylist()
 
 
+def sample_anchor_counts(dataset: Any) -> list[int]:
+    """Valid anchors of every row (a and a+1 both supervised), read from Arrow in one pass."""
+    import numpy as np
+
+    column = dataset.with_format("arrow")[:]["loss_mask"].combine_chunks()
+    offsets = np.asarray(column.offsets)
+    supervised = np.asarray(column.flatten(), dtype=bool)
+    # pairs[j]: positions j and j+1 both supervised; a row [s, e) owns pairs s .. e-2.
+    pairs = np.concatenate([[0], np.cumsum(supervised[:-1] & supervised[1:])])
+    starts, ends = offsets[:-1], offsets[1:]
+    last_pair = np.maximum(ends - 1, starts)
+    return (pairs[last_pair] - pairs[starts]).astype(int).tolist()
+
+
 def corpus_lengths(cfg: Any, *, progress: bool = True) -> CorpusLengths:
     """The training corpus as training would load it, reduced to its sample lengths."""
     dataset, report = build_dataset(cfg, split="train", progress=progress)

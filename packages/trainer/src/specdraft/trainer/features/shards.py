@@ -114,6 +114,19 @@ class FeatureShardDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def anchor_counts(self) -> list[int]:
+        """Valid anchors of every sample, read from the shards' loss masks only."""
+        from specdraft.collate import valid_anchor_count
+
+        counts = []
+        for path, k in self._entries:
+            handle = self._handles.get(path)
+            if handle is None:
+                self.verify_shard(path)
+                handle = self._handles[path] = safe_open(str(path), framework="pt")
+            counts.append(valid_anchor_count(handle.get_tensor(f"{k}.loss_mask").tolist()))
+        return counts
+
     def verify_shard(self, path: Path) -> None:
         """Check a shard against the sha256 its index recorded; refuse it naming the file."""
         expected = self._sha256.get(path)

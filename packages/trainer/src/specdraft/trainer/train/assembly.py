@@ -46,13 +46,17 @@ class RunData:
     fingerprint: str
     # The in-process target (it makes each batch's features), or None (offline features).
     features: TargetFeatureExtractor | None
+    # Valid anchors per sample, when the plan is anchor-grouped (data.anchor_grouped).
+    anchor_counts: list[int] | None = None
 
 
 def run_fingerprint(config: Config, data_fingerprint: str) -> dict[str, Any]:
     """What a checkpoint must agree on with the config that resumes it."""
     model = config.model
-    # Only when on: checkpoints of unpacked runs (older ones too) carry no such field.
-    packing = {"training.packing": True} if config.training.packing else {}
+    # Only when on: checkpoints of unpacked, ungrouped runs (older ones too) carry no such field.
+    optional: dict[str, Any] = {"training.packing": True} if config.training.packing else {}
+    if _anchor_grouped(config):
+        optional["data.anchor_grouped"] = True
     return {
         "algorithm": model.algorithm,
         "block_size": model.block_size,
@@ -71,7 +75,7 @@ def run_fingerprint(config: Config, data_fingerprint: str) -> dict[str, Any]:
         "data.length_grouped": config.data.length_grouped,
         "data.bucket_synchronized": config.data.bucket_synchronized,
         "data.mega_batch_multiplier": config.data.mega_batch_multiplier,
-        **packing,
+        **optional,
     }
 
 
@@ -84,9 +88,10 @@ def load_run_data(config: Config, ctx: DistContext, *, progress: bool) -> RunDat
         dataset = FeatureShardDataset(
             config.data.train_paths, expected=expected_feature_meta(config)
         )
-        return RunData(dataset, list(dataset.lengths), str(dataset.meta.get("data")), None)
+        counts = dataset.anchor_counts() if _anchor_grouped(config) else None
+        return RunData(dataset, list(dataset.lengths), str(dataset.meta.get("data")), None, counts)
 
-    from ..data import build_dataset, sample_lengths
+    from ..data import build_dataset, sample_anchor_counts, sample_lengths
     from ..models import TargetFeatureExtractor, target_dtype
 
     # Rank 0 tokenises (and fills the cache) first; the others then read the cache.
@@ -103,7 +108,13 @@ def load_run_data(config: Config, ctx: DistContext, *, progress: bool) -> RunDat
         dtype=target_dtype(ctx.device),
         device=ctx.device,
     )
-    return RunData(dataset, lengths, report.fingerprint, extractor)
+    counts = sample_anchor_counts(dataset) if _anchor_grouped(config) else None
+    return RunData(dataset, lengths, report.fingerprint, extractor, counts)
+
+
+def _anchor_grouped(config: Config) -> bool:
+    """Whether the plan needs anchor counts (packing ignores data.anchor_grouped)."""
+    return config.data.anchor_grouped and not config.training.packing
 
 
 def build_trainer(
@@ -147,7 +158,12 @@ def build_trainer(
     if source is None:
         data = load_run_data(config, ctx, progress=progress)
         sampler = sampler_from_config(
-            config, data.lengths, num_replicas=ctx.world_size, rank=ctx.rank, shapes=shapes
+            config,
+            data.lengths,
+            num_replicas=ctx.world_size,
+            rank=ctx.rank,
+            shapes=shapes,
+            anchor_counts=data.anchor_counts,
         )
         shape = batch_shape(config, target_config, options)
         source = LocalBatchSource(

@@ -81,6 +81,7 @@ DATA_ORDER_FIELDS = {
     "training.seed": "the seed of the data order",
     "deployment.world_size": "the number of trainer ranks (nproc_per_node x nnodes)",
     "data.length_grouped": "length-grouped sampling",
+    "data.anchor_grouped": "anchor-grouped sampling",
     "data.bucket_synchronized": "bucket-synchronised sampling",
     "data.mega_batch_multiplier": "the length-grouping window",
     "training.static_shape_buckets": "the pad policy (bucket-synchronised plans depend on it)",

@@ -73,8 +73,22 @@ def load_prompts(cfg: Config, prompts_path: str | Path | None) -> list[Prompt]:
     return prompts_from_rows(dataset)
 
 
-def sampler_planner(cfg: Config, lengths: Sequence[int]) -> EpochPlanner:
-    """The trainers' micro-batch plan (same sampler, seed, buckets), as an epoch planner."""
+def prompt_anchor_counts(cfg: Config, prompts: Sequence[Prompt]) -> list[int] | None:
+    """Valid anchors per prompt when the plan is anchor-grouped (None otherwise: not needed)."""
+    if not cfg.data.anchor_grouped:
+        return None
+    from specdraft.collate import valid_anchor_count
+
+    return [valid_anchor_count(p.loss_mask) for p in prompts]
+
+
+def sampler_planner(
+    cfg: Config, lengths: Sequence[int], anchor_counts: Sequence[int] | None = None
+) -> EpochPlanner:
+    """The trainers' micro-batch plan (same sampler, seed, buckets), as an epoch planner.
+
+    `anchor_counts` (valid anchors per prompt) is needed when data.anchor_grouped is set.
+    """
     from specdraft.collate import sampler_from_config
     from specdraft.config import ShapePolicy
 
@@ -86,6 +100,7 @@ def sampler_planner(cfg: Config, lengths: Sequence[int]) -> EpochPlanner:
         num_replicas=cfg.deployment.world_size,
         rank=0,
         shapes=ShapePolicy.from_config(cfg),
+        anchor_counts=anchor_counts,
     )
     return sampler.epoch_plan
 
@@ -93,7 +108,11 @@ def sampler_planner(cfg: Config, lengths: Sequence[int]) -> EpochPlanner:
 def plan_prompts(cfg: Config, prompts: Sequence[Prompt]) -> RunPlan:
     """The run's windows over these (already screened) prompts."""
     return plan_run(
-        sampler_planner(cfg, [len(p.input_ids) for p in prompts]),
+        sampler_planner(
+            cfg,
+            [len(p.input_ids) for p in prompts],
+            prompt_anchor_counts(cfg, prompts),
+        ),
         [p.sample_id for p in prompts],
         num_epochs=cfg.training.num_epochs,
         max_steps=cfg.training.max_steps,
