@@ -93,9 +93,20 @@ def build_bench_source(config: Any, ctx: Any, spec: dict[str, Any], shapes: Any)
             device=ctx.device,
             seed=spec["seed"],
         )
-    # The run assembly's sampler, so batches are what training would see.
+    # The run assembly's sampler, so batches are what training would see (anchor-grouped
+    # plans read each row's valid anchors from its loss mask, as the run assembly does).
+    counts = None
+    if config.data.anchor_grouped:
+        from specdraft.collate import valid_anchor_count
+
+        counts = [valid_anchor_count(dataset[i]["loss_mask"]) for i in range(len(lengths))]
     sampler = sampler_from_config(
-        config, lengths, num_replicas=ctx.world_size, rank=ctx.rank, shapes=shapes
+        config,
+        lengths,
+        num_replicas=ctx.world_size,
+        rank=ctx.rank,
+        shapes=shapes,
+        anchor_counts=counts,
     )
     return BenchBatchSource(
         dataset,

@@ -122,6 +122,8 @@ def run_config(settings: BenchSettings, run: PlannedRun, target: TargetFacts) ->
         config["training"]["num_epochs"] = PACKED_EPOCHS  # max_steps ends the run first
     config["deployment"] = {"nproc_per_node": settings.ranks}
     data = config["data"]
+    if run.variant.anchor_grouped:
+        data["anchor_grouped"] = True
     if is_synthetic(run.workload):
         # Never read: the child generates the rows; the name only documents the run.
         data["train_paths"] = [f"bench:{run.workload}"]

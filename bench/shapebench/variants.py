@@ -18,6 +18,7 @@ class Variant:
     compile_blocks: bool
     anchor_buckets: bool = False  # the second static dimension (training.static_anchor_buckets)
     packing: bool = False  # whole conversations packed into rows (training.packing, issue 16)
+    anchor_grouped: bool = False  # micro-batches of similar anchor counts (data.anchor_grouped)
 
     def training_overrides(
         self, buckets: tuple[int, ...], anchor_buckets: tuple[int, ...] = ()
@@ -64,6 +65,14 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("buckets-anchors-compile",
             "fsdp2 + static_shape_buckets + anchor buckets + compile_blocks", "fsdp2", True, True,
             True, True),
+    # Issue 13, continued: the same stacks in anchor-grouped order (data.anchor_grouped).
+    Variant("fsdp2-grouped", "fsdp2 (pad to longest) + anchor_grouped", "fsdp2", False, False,
+            False, anchor_grouped=True),
+    Variant("static-anchors-grouped", "fsdp2 + static_shapes + anchor buckets + anchor_grouped",
+            "fsdp2", True, False, False, True, anchor_grouped=True),
+    Variant("buckets-anchors-grouped",
+            "fsdp2 + static_shape_buckets + anchor buckets + anchor_grouped", "fsdp2", True, True,
+            False, True, anchor_grouped=True),
     # Issue 16: whole conversations packed into rows of max_length, one static shape.
     Variant("packed", "fsdp2 + static_shapes + packing", "fsdp2", True, False, False,
             packing=True),

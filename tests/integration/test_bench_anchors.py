@@ -235,6 +235,47 @@ def test_harness_check_takes_the_floor_from_the_exact_width_tally(tmp_path):
     assert old.removable_removed == pytest.approx(32 / 48)
 
 
+def test_an_anchor_grouped_run_is_judged_against_its_own_floor():
+    from shapebench.checks import anchor_checks, low_supervision_checks
+
+    # The plain run's random pairs leave 1.24 blocks per valid anchor even at the exact width;
+    # the grouped run's own micro-batches get down to 1.01, and its buckets compute 1.05.
+    plain = _row("static", ms=200.0, per_valid=1.66)
+    plain.exact_anchor_blocks_per_valid = 1.24
+    grouped = _row("static-anchors-grouped", ms=120.0, per_valid=1.05)
+    grouped.exact_anchor_blocks_per_valid = 1.01
+    (check,) = anchor_checks([plain, grouped])
+    assert check.anchors == "static-anchors-grouped" and check.plain == "static"
+    assert check.exact_blocks_per_valid == pytest.approx(1.01)
+    assert check.removable_removed == pytest.approx(0.61 / 0.65)
+    assert check.empty_removed == pytest.approx(0.61 / 0.66)
+    assert check.met
+    lines = low_supervision_checks([_row("fsdp2", ms=125.0, per_valid=1.2), grouped])
+    assert lines == [
+        "low-supervision / dspark: static-anchors-grouped vs fsdp2 (pad to longest): mean step "
+        "time -4.0%; target (within 10% of pad-to-longest or faster): met"
+    ]
+
+
+def test_anchor_grouped_variants_set_the_data_field(tmp_path):
+    from shapebench.presets import PRESETS, TargetFacts
+    from shapebench.runner import BenchSettings, PlannedRun, run_config
+    from shapebench.variants import BY_KEY
+
+    from specdraft.config import validate_config
+
+    settings = BenchSettings(
+        preset=PRESETS["toy"], algorithms=("dspark",), variants=(BY_KEY["static"],),
+        workloads=("low-supervision",), steps=1, steady=1, ranks=1, seed=0, work_dir=tmp_path,
+    )  # fmt: skip
+    target = TargetFacts("/nonexistent", (0, 1), 4096, 4096)
+    for key, grouped in (("static-anchors-grouped", True), ("static-anchors", False)):
+        run = PlannedRun("low-supervision", "dspark", BY_KEY[key], tmp_path / key)
+        config = validate_config(run_config(settings, run, target))
+        assert config.data.anchor_grouped is grouped
+        assert config.training.static_anchor_buckets
+
+
 def test_anchor_counts_meet_the_target_once_k_covers_every_count(tmp_path, capsys):
     # The counted tool on the toy preset: with K at least the number of distinct per-batch
     # counts, the exact DP reproduces the exact width, so 100% of the removable blocks go.
@@ -257,13 +298,22 @@ def test_anchor_counts_meet_the_target_once_k_covers_every_count(tmp_path, capsy
         assert exact["valid_blocks"] <= exact["computed_blocks"] <= plain["computed_blocks"]
     longest = [r for r in rows if r["stack"] == "fsdp2"]
     assert longest[0]["computed_blocks"] == exact["computed_blocks"]  # same sampler, same floor
+    # Anchor-grouped order: the DP still reaches its own floor, and on one pad length that floor
+    # is never above the random order's (the sorted cut minimises the sum of widths).
+    grouped = {r["policy"]: r for r in rows if r["stack"] == "static+grouped"}
+    assert "num_anchors" not in grouped  # num_anchors blocks whatever the order
+    floor = grouped["exact width"]["computed_blocks"]
+    assert grouped["suggested anchor buckets (K = 64)"]["computed_blocks"] == floor
+    static_exact = next(r for r in rows if r["stack"] == "static" and r["policy"] == "exact width")
+    assert floor <= static_exact["computed_blocks"]
     text = (out / "counts.md").read_text()
     assert text == capsys.readouterr().out
     k64 = [line for line in text.splitlines() if "(K = 64)" in line and line.startswith("- ")]
-    assert len(k64) == 2
+    assert len(k64) == 4  # static and buckets, each in random and anchor-grouped order
     # The toy workload has removable blocks, so "met" is earned, not "nothing to remove".
-    assert all(line.endswith(": met") for line in k64), k64
+    assert all("target (>= 90% of the removable): met;" in line for line in k64), k64
     assert all("100.0% of the removable empty blocks removed" in line for line in k64)
+    assert all("as worded (>= 90% of all empty blocks): " in line for line in k64)
 
 
 def _json_rows(path: Path, workload: str) -> list[dict]:
