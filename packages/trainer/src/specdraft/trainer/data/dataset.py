@@ -270,10 +270,14 @@ def sample_anchor_counts(dataset: Any) -> list[int]:
     import numpy as np
 
     column = dataset.with_format("arrow")[:]["loss_mask"].combine_chunks()
+    # A sliced column's offsets start past 0 while flatten() starts at its first value.
     offsets = np.asarray(column.offsets)
+    offsets = offsets - offsets[0]
     supervised = np.asarray(column.flatten(), dtype=bool)
-    # pairs[j]: positions j and j+1 both supervised; a row [s, e) owns pairs s .. e-2.
-    pairs = np.concatenate([[0], np.cumsum(supervised[:-1] & supervised[1:])])
+    # bits[j]: positions j and j+1 both supervised; a row [s, e) owns bits s .. e-2.
+    bits = np.zeros(len(supervised), dtype=np.int64)
+    bits[:-1] = supervised[:-1] & supervised[1:]
+    pairs = np.concatenate([[0], np.cumsum(bits)])  # pairs[k] = sum(bits[:k]), k = 0 .. N
     starts, ends = offsets[:-1], offsets[1:]
     last_pair = np.maximum(ends - 1, starts)
     return (pairs[last_pair] - pairs[starts]).astype(int).tolist()
