@@ -6,6 +6,7 @@ it). Nothing here builds a model: the report needs only sample lengths and the c
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from specdraft.config import BUCKET_QUANTUM, ShapePolicy, max_length_appended
@@ -233,25 +234,25 @@ def _policy_reports(
 ) -> dict[str, PaddingReport]:
     """The three policies on the config's micro-batches, keyed by name."""
     data, training = config.data, config.training
-    common = {
-        "micro_batch_size": training.micro_batch_size,
-        "seed": training.seed,
-        "num_replicas": config.deployment.world_size,
-        "mega_batch_multiplier": data.mega_batch_multiplier,
-    }
+    account = partial(
+        account_padding,
+        micro_batch_size=training.micro_batch_size,
+        seed=training.seed,
+        num_replicas=config.deployment.world_size,
+        mega_batch_multiplier=data.mega_batch_multiplier,
+    )
     # Pad-to-longest and the fixed length cannot be bucket-synchronised: they use the base order.
     base = base_sampler(config)
     reports = {
-        "pad-to-longest": account_padding(lengths, pad_to=None, sampler=base, **common),
-        "static_shapes": account_padding(lengths, pad_to=data.max_length, sampler=base, **common),
+        "pad-to-longest": account(lengths, pad_to=None, sampler=base),
+        "static_shapes": account(lengths, pad_to=data.max_length, sampler=base),
     }
     if isinstance(pad_to, tuple):
-        reports["buckets"] = account_padding(
+        reports["buckets"] = account(
             lengths,
             pad_to=pad_to,
             sampler=config_sampler(config, with_counts=counts is not None),
             anchor_counts=counts,
-            **common,
         )
     return reports
 
