@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Test and lint tools (the root package's [dev] extra, listed here so the four packages are
 # installed once, editable, rather than again as the root package's path dependencies).
-DEV_DEPS := "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100" "ruff>=0.6" "pre-commit>=3.5" pyyaml "mypy>=1.10"
+DEV_DEPS := "pytest>=8" "pytest-timeout>=2.3" "pytest-xdist>=3.8" "hypothesis>=6.100" "ruff>=0.6" "pre-commit>=3.5" pyyaml "mypy>=1.10"
 # Inductor's cache lives under build/ so compiled tests reuse it between runs.
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/build/inductor-cache
 export SPECDRAFT_CACHE ?= $(CURDIR)/build/cache
@@ -49,12 +49,17 @@ quickstart: $(BIN)/.installed
 # is mostly a download and an unpack, not compute: it is built in the background while ruff and
 # the first tests run; the SGLang tests wait for it (scripts/sglang_venv.sh holds a lock) and
 # report its errors. An up-to-date venv is kept as is.
+# The tests run on TEST_WORKERS pytest-xdist workers, a test file at a time on one worker (module
+# fixtures run once), longest files first (tests/conftest.py); failures and the -ra summary are
+# reported as in a plain run.
+TEST_WORKERS ?= 2
 test: setup
 	mkdir -p build
 	PYTHON=$(abspath $(BIN))/python bash scripts/sglang_venv.sh build/sglang-venv \
 		>build/sglang-venv.log 2>&1 &
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q --durations=20 tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		--durations=20 tests
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

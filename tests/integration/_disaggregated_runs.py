@@ -7,17 +7,22 @@ CLI exactly as a user starts it. The data is a small generated ShareGPT file who
 either short or long, so micro-batches pad to both buckets (real ShareGPT conversations nearly
 all fill max_length). A run that several tests compare against (the uninterrupted online run,
 the offline run) is made once per pytest session and reused from the session's temporary
-folder.
+folder, which every xdist worker of the session shares: a lock next to each shared item makes
+a worker that needs it while another builds it wait for that build.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,13 +88,35 @@ def tiny_target() -> Path:
     return build_tiny_target()
 
 
+def session_root(factory: pytest.TempPathFactory) -> Path:
+    """The session's temporary folder shared by all its xdist workers (each worker's own
+    basetemp is a subfolder of it); without xdist, the session's basetemp."""
+    base = factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path`.lock (across processes) for the `with` body."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def session_data(factory: pytest.TempPathFactory) -> Path:
     """The session's conversations: 40 ShareGPT rows, short and long replies alternating."""
-    folder = factory.getbasetemp() / "shared-data"
-    path = folder / "conversations.jsonl"
-    if path.is_file():
-        return path
-    folder.mkdir(parents=True, exist_ok=True)
+    path = session_root(factory) / "shared-data" / "conversations.jsonl"
+    with locked(path):
+        if not path.is_file():
+            _write_conversations(path)
+    return path
+
+
+def _write_conversations(path: Path) -> None:
     rng = random.Random(0)
     text = (
         "the model reads a long conversation and answers with care while the draft learns "
@@ -104,8 +131,9 @@ def session_data(factory: pytest.TempPathFactory) -> Path:
         answer = " ".join(rng.choice(words) for _ in range(count))
         turns = [{"from": "human", "value": question}, {"from": "gpt", "value": answer}]
         rows.append({"id": f"c{i}", "conversations": turns})
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    os.replace(tmp, path)
 
 
 def run_settings(run_dir: Path, data: Path) -> tuple[str, ...]:
@@ -153,12 +181,16 @@ def train(
 
 
 def shared_run(factory: pytest.TempPathFactory, name: str, overrides: tuple[str, ...] = ()) -> Run:
-    """A run made once per pytest session (several test files compare against it)."""
-    run_dir = factory.getbasetemp() / "shared-runs" / name
+    """A run made once per pytest session (several test files compare against it), by the
+    first worker that needs it; a run that failed is made again from scratch."""
+    data = session_data(factory)
+    run_dir = session_root(factory) / "shared-runs" / name
     done = run_dir / "summary.json"
-    if done.is_file():
-        return Run(run_dir, json.loads(done.read_text()), read_steps(run_dir), "")
-    return train(run_dir, session_data(factory), overrides)
+    with locked(run_dir):
+        if done.is_file():
+            return Run(run_dir, json.loads(done.read_text()), read_steps(run_dir), "")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return train(run_dir, data, overrides)
 
 
 def read_steps(run_dir: Path) -> list[dict[str, Any]]:
