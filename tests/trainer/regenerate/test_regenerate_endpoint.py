@@ -312,7 +312,11 @@ def test_ctrl_c_stops_a_pending_request_at_once(config_file, tmp_path):
             time.sleep(0.5)
             sent = time.monotonic()
             proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=120)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                # Say what the command printed, so a hang shows where it stopped.
+                pytest.fail(f"still running 120 s after Ctrl-C; its output: {lines}")
             exited_after = time.monotonic() - sent
             reader.join(10)
         finally:

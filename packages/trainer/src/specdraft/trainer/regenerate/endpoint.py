@@ -22,6 +22,8 @@ CHAT_PATH = "/v1/chat/completions"
 RETRY_STATUSES = {429, 500, 502, 503, 504}
 API_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_TIMEOUT_S = 600.0
+# How often the caller wakes while requests are pending (to notice Ctrl-C).
+POLL_S = 0.1
 
 
 def endpoint_base(url: str) -> str:
@@ -118,7 +120,10 @@ class EndpointResponder:
 
         for _ in range(min(self.concurrency, len(prompts))):
             threading.Thread(target=work, name="regenerate-endpoint", daemon=True).start()
-        finished.wait()
+        # Wake up often: a Ctrl-C the kernel hands to another thread only sets Python's flag, and
+        # the main thread runs the handler when it next runs Python code, not while it blocks.
+        while not finished.wait(POLL_S):
+            pass
         if errors:
             # Stop handing out the remaining prompts; the running ones end on their own.
             while not todo.empty():
