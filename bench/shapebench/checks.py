@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from .results import RunResult
+from .variants import BY_KEY
 
 RunIndex = dict[tuple[str, str, str], RunResult]
 
@@ -115,9 +116,7 @@ ANCHOR_PAIRS = (
     ("static-anchors-grouped", "static"),
     ("buckets-anchors-grouped", "buckets"),
 )
-# Variants whose micro-batches differ from their pair's (anchor-grouped order): the floor of
-# the removable blocks is their own exact-width tally, not the plain run's.
-GROUPED_VARIANTS = ("fsdp2-grouped", "static-anchors-grouped", "buckets-anchors-grouped")
+
 # The share of the empty anchor blocks the anchor buckets must remove.
 EMPTY_BLOCKS_TARGET = 0.90
 # Low supervision: static + anchor buckets within this share of pad-to-longest's step time.
@@ -226,7 +225,7 @@ def anchor_checks(rows: Sequence[RunResult]) -> list[AnchorCheck]:
         # widths), so the plain run's exact-width tally is the floor of both; an anchor-grouped
         # run has other micro-batches and its own floor. A row from before the tally existed
         # has none: fall back to pad-to-longest's row.
-        floor_run = with_anchors if anchor_key in GROUPED_VARIANTS else plain
+        floor_run = with_anchors if BY_KEY[anchor_key].anchor_grouped else plain
         exact = floor_run.exact_anchor_blocks_per_valid or _pad_to_longest_floor(
             index, workload, algorithm
         )

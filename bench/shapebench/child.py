@@ -61,6 +61,7 @@ def build_bench_source(config: Any, ctx: Any, spec: dict[str, Any], shapes: Any)
     training = config.training
     workload = spec["workload"]
     extractor = None
+    counts = None  # valid anchors per row, for anchor-grouped plans
     if is_synthetic(workload):
         samples = synthetic_samples(
             workload,
@@ -73,11 +74,12 @@ def build_bench_source(config: Any, ctx: Any, spec: dict[str, Any], shapes: Any)
         fingerprint = f"synthetic:{workload}:{spec['seed']}:{len(samples)}"
     elif spec["features"] == "target":
         data = load_run_data(config, ctx, progress=False)
-        dataset, lengths, fingerprint, extractor = (
+        dataset, lengths, fingerprint, extractor, counts = (
             data.dataset,
             data.lengths,
             data.fingerprint,
             data.features,
+            data.anchor_counts,  # the run assembly's own count, when anchor-grouped
         )
     else:
         dataset, lengths, fingerprint = _sharegpt_rows(config, ctx)
@@ -95,8 +97,7 @@ def build_bench_source(config: Any, ctx: Any, spec: dict[str, Any], shapes: Any)
         )
     # The run assembly's sampler, so batches are what training would see (anchor-grouped
     # plans read each row's valid anchors from its loss mask, as the run assembly does).
-    counts = None
-    if config.data.anchor_grouped:
+    if config.anchor_grouping and counts is None:
         from specdraft.collate import valid_anchor_count
 
         counts = [valid_anchor_count(dataset[i]["loss_mask"]) for i in range(len(lengths))]

@@ -45,14 +45,9 @@ def config_sampler(config: Config, *, with_counts: bool = True) -> str:
     """
     if config.data.bucket_synchronized:
         return "bucket_synchronized"
-    if anchor_grouping(config) and with_counts:
+    if config.anchor_grouping and with_counts:
         return "anchor_grouped"
     return base_sampler(config)
-
-
-def anchor_grouping(config: Config) -> bool:
-    """Whether the run's plan is anchor-grouped (packing ignores the setting)."""
-    return config.data.anchor_grouped and not config.training.packing
 
 
 def base_sampler(config: Config) -> str:
@@ -125,7 +120,7 @@ def build_report(
 
     lengths = source.lengths
     counts = _capped(config, source.anchor_counts)
-    if anchor_grouping(config) and counts is None:
+    if config.anchor_grouping and counts is None:
         report["warnings"].append(
             {
                 "code": "anchor-grouping-unknown",
@@ -387,7 +382,7 @@ def _anchor_section(
     micro_batches = plan(config_sampler(config))
     # The other order, for the joint effect: with anchor grouping when the run does not group
     # (and can: bucket-synchronised and packed plans cannot), without it when it does.
-    grouped = anchor_grouping(config)
+    grouped = config.anchor_grouping
     other: list[MicroBatch] | None = None
     if not shapes.packing and not config.data.bucket_synchronized:
         other = plan(base_sampler(config) if grouped else "anchor_grouped")

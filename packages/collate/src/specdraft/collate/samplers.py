@@ -336,17 +336,11 @@ class MicroBatchSampler:
 
     def base_order(self, epoch: int) -> list[int]:
         """The epoch's sample order before micro-batching (random, length- or anchor-grouped)."""
-        if self.anchor_grouped:
+        # Anchor grouping replaces length grouping (SD222).
+        keys = self._anchor_keys if self.anchor_grouped else self.lengths
+        if self.anchor_grouped or self.length_grouped:
             return grouped_order(
-                self._anchor_keys,
-                micro_batch_size=self.micro_batch_size,
-                mega_batch_multiplier=self.mega_batch_multiplier,
-                seed=self.seed,
-                epoch=epoch,
-            )
-        if self.length_grouped:
-            return length_grouped_order(
-                self.lengths,
+                keys,
                 micro_batch_size=self.micro_batch_size,
                 mega_batch_multiplier=self.mega_batch_multiplier,
                 seed=self.seed,
@@ -365,20 +359,16 @@ class MicroBatchSampler:
         order = self.base_order(epoch)
         if self.bucket_synchronized:
             plan = self._bucket_synchronized_plan(order, epoch)
-        elif self.anchor_grouped:
-            micro_batches = shuffle_windows(
-                chunk(order, self.micro_batch_size),
-                window=self.num_replicas * self.grad_accum_steps,
-                seed=derived_seed(self.seed, epoch, "anchor-windows"),
-            )
+        else:
+            micro_batches = chunk(order, self.micro_batch_size)
+            if self.anchor_grouped:
+                micro_batches = shuffle_windows(
+                    micro_batches,
+                    window=self.num_replicas * self.grad_accum_steps,
+                    seed=derived_seed(self.seed, epoch, "anchor-windows"),
+                )
             plan = deal(
                 micro_batches,
-                num_replicas=self.num_replicas,
-                grad_accum_steps=self.grad_accum_steps,
-            )
-        else:
-            plan = deal(
-                chunk(order, self.micro_batch_size),
                 num_replicas=self.num_replicas,
                 grad_accum_steps=self.grad_accum_steps,
             )
@@ -527,7 +517,7 @@ def sampler_from_config(
     data.anchor_grouped is set; the sampler caps them at the policy's num_anchors.
     """
     training, data = config.training, config.data
-    if data.anchor_grouped and not training.packing and anchor_counts is None:
+    if config.anchor_grouping and anchor_counts is None:
         raise ValueError(
             "data.anchor_grouped needs each sample's anchor count (from its loss mask); this "
             "data source has no loss masks, so set data.anchor_grouped = false"
@@ -545,6 +535,6 @@ def sampler_from_config(
         mega_batch_multiplier=data.mega_batch_multiplier,
         packing=training.packing,
         row_capacity=config.data.max_length if training.packing else None,
-        anchor_grouped=data.anchor_grouped,
-        anchor_counts=anchor_counts if data.anchor_grouped else None,
+        anchor_grouped=config.anchor_grouping,
+        anchor_counts=anchor_counts if config.anchor_grouping else None,
     )

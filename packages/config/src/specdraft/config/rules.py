@@ -102,8 +102,8 @@ def shape_problems(config: Config) -> list[Problem]:
 def anchor_grouping_problems(config: Config) -> list[Problem]:
     """Warnings about data.anchor_grouped where it has no effect or overrides length grouping."""
     training, data = config.training, config.data
-    if not data.anchor_grouped or training.packing:
-        return []  # packing ignores it: SD219
+    if not config.anchor_grouping:
+        return []  # off, or ignored by packing (SD219)
     problems = []
     if training.static_shapes and not training.static_anchor_buckets:
         problems.append(

@@ -55,7 +55,7 @@ def run_fingerprint(config: Config, data_fingerprint: str) -> dict[str, Any]:
     model = config.model
     # Only when on: checkpoints of unpacked, ungrouped runs (older ones too) carry no such field.
     optional: dict[str, Any] = {"training.packing": True} if config.training.packing else {}
-    if _anchor_grouped(config):
+    if config.anchor_grouping:
         optional["data.anchor_grouped"] = True
     return {
         "algorithm": model.algorithm,
@@ -88,7 +88,7 @@ def load_run_data(config: Config, ctx: DistContext, *, progress: bool) -> RunDat
         dataset = FeatureShardDataset(
             config.data.train_paths, expected=expected_feature_meta(config)
         )
-        counts = dataset.anchor_counts() if _anchor_grouped(config) else None
+        counts = dataset.anchor_counts() if config.anchor_grouping else None
         return RunData(dataset, list(dataset.lengths), str(dataset.meta.get("data")), None, counts)
 
     from ..data import build_dataset, sample_anchor_counts, sample_lengths
@@ -108,13 +108,8 @@ def load_run_data(config: Config, ctx: DistContext, *, progress: bool) -> RunDat
         dtype=target_dtype(ctx.device),
         device=ctx.device,
     )
-    counts = sample_anchor_counts(dataset) if _anchor_grouped(config) else None
+    counts = sample_anchor_counts(dataset) if config.anchor_grouping else None
     return RunData(dataset, lengths, report.fingerprint, extractor, counts)
-
-
-def _anchor_grouped(config: Config) -> bool:
-    """Whether the plan needs anchor counts (packing ignores data.anchor_grouped)."""
-    return config.data.anchor_grouped and not config.training.packing
 
 
 def build_trainer(

@@ -75,7 +75,7 @@ def load_prompts(cfg: Config, prompts_path: str | Path | None) -> list[Prompt]:
 
 def prompt_anchor_counts(cfg: Config, prompts: Sequence[Prompt]) -> list[int] | None:
     """Valid anchors per prompt when the plan is anchor-grouped (None otherwise: not needed)."""
-    if not cfg.data.anchor_grouped:
+    if not cfg.anchor_grouping:
         return None
     from specdraft.collate import valid_anchor_count
 
