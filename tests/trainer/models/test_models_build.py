@@ -10,6 +10,7 @@ from transformers import AutoConfig, Qwen3Config
 
 from specdraft.trainer.models import (
     DFlash2DraftModel,
+    DFlashDraftModel,
     DraftTrainSpec,
     Qwen3DSparkModel,
     build_draft,
@@ -27,7 +28,7 @@ def _build(draft_model_config, algorithm, **overrides):
     return build_draft(cfg, load_target_config(cfg.target), dtype=torch.float32)
 
 
-@pytest.mark.parametrize("algorithm", ["dflash2", "dspark"])
+@pytest.mark.parametrize("algorithm", ["dflash", "dflash2", "dspark"])
 def test_draft_shapes_come_from_the_target(algorithm, draft_model_config, tiny_qwen3_target):
     draft = _build(draft_model_config, algorithm)
     target = tiny_qwen3_target.model.config
@@ -47,6 +48,7 @@ def test_draft_shapes_come_from_the_target(algorithm, draft_model_config, tiny_q
 @pytest.mark.parametrize(
     ("algorithm", "model_class", "architecture"),
     [
+        ("dflash", DFlashDraftModel, "DFlashDraftModel"),
         ("dflash2", DFlash2DraftModel, "DFlash2DraftModel"),
         ("dspark", Qwen3DSparkModel, "Qwen3DSparkModel"),
     ],
@@ -74,6 +76,10 @@ def test_save_and_load_keep_weights_and_the_serving_config(
             "conv_group_size": 8,
         }
         assert (nested["selector_rank"], nested["selector_top_k"]) == (8, 4)
+    elif algorithm == "dflash":
+        # No conv or selector keys: SGLang and vLLM then build the plain backbone.
+        assert set(nested) == {"block_size", "target_layer_ids", "mask_token_id"}
+        assert not {"markov_rank", "conv_kernel_size", "selector_rank"} & set(written)
     else:
         assert (written["markov_rank"], written["markov_head_type"]) == (8, "vanilla")
         assert written["enable_confidence_head"] is True
@@ -117,6 +123,9 @@ def test_state_dict_uses_the_checkpoint_names_sglang_loads(draft_model_config):
         "confidence_head.proj.weight",
         "confidence_head.proj.bias",
     } <= dspark
+    # Plain DFlash holds the backbone alone: exactly the tensors DFlash2 shares with it.
+    dflash = set(_build(draft_model_config, "dflash").state_dict())
+    assert dflash == {n for n in names if "_conv." not in n and "candidate_selector" not in n}
 
 
 def test_bad_shapes_fail_with_the_field_and_the_fix(draft_model_config):
@@ -174,13 +183,14 @@ def test_parameter_counts_for_qwen3_8b_shapes_match_the_architecture(draft_model
     cfg = draft_model_config("dspark", dspark={"markov_rank": 256}, **base)
     dspark = build_draft(cfg, target, device="meta")
     assert sum(p.numel() for p in dspark.parameters()) == backbone + 2 * vocab * 256 + hidden + 1
+    dflash = build_draft(draft_model_config("dflash", **base), target, device="meta")
+    assert sum(p.numel() for p in dflash.parameters()) == backbone
 
 
-def test_predict_blocks_dspark_feeds_back_its_own_choices(
-    draft_model_config, make_draft_batch, random_samples
-):
-    draft = _build(draft_model_config, "dspark")
-    head = load_target_head(draft_model_config("dspark").target, torch.float32)
+def _predictions(draft_model_config, make_draft_batch, random_samples, algorithm):
+    """(predicted tokens, anchors, keep, draft hidden states, input ids, head, draft) of 2 rows."""
+    draft = _build(draft_model_config, algorithm)
+    head = load_target_head(draft_model_config(algorithm).target, torch.float32)
     batch = make_draft_batch(random_samples([20, 9], seed=5), 20)
     anchors, keep = sample_anchors(batch["loss_mask"], batch["sample_id"], 5, seed=0)
     tokens = draft.predict_blocks(batch["input_ids"], batch["hidden_states"], anchors, keep, head)
@@ -190,12 +200,34 @@ def test_predict_blocks_dspark_feeds_back_its_own_choices(
         hidden = draft.run_backbone(
             batch["input_ids"], batch["hidden_states"], anchors, keep, head, "sdpa"
         )
-        markov = draft.markov_head
-        previous = torch.gather(batch["input_ids"], 1, anchors)
+    return tokens, anchors, keep, hidden, batch["input_ids"], head, draft
+
+
+def test_predict_blocks_dspark_feeds_back_its_own_choices(
+    draft_model_config, make_draft_batch, random_samples
+):
+    tokens, anchors, keep, hidden, input_ids, head, draft = _predictions(
+        draft_model_config, make_draft_batch, random_samples, "dspark"
+    )
+    markov = draft.markov_head
+    previous = torch.gather(input_ids, 1, anchors)
+    with torch.no_grad():
         for slot in range(3):
             logits = head.logits(hidden[:, :, slot]) + markov.markov_w2(markov.markov_w1(previous))
             previous = logits.argmax(-1)
             assert torch.equal(tokens[keep][:, slot], previous[keep])
+
+
+def test_predict_blocks_dflash_takes_each_slots_argmax(
+    draft_model_config, make_draft_batch, random_samples
+):
+    tokens, _, keep, hidden, _, head, _ = _predictions(
+        draft_model_config, make_draft_batch, random_samples, "dflash"
+    )
+    # Slot k (k = 1..bs-1) proposes the token at anchor + k; slot 0 holds the anchor.
+    with torch.no_grad():
+        want = head.logits(hidden[:, :, 1:]).argmax(-1)
+    assert torch.equal(tokens[keep], want[keep])
 
 
 def test_predict_blocks_dflash2_walks_the_selector_path(
@@ -223,7 +255,7 @@ def test_predict_blocks_dflash2_walks_the_selector_path(
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("algorithm", ["dflash2", "dspark"])
+@pytest.mark.parametrize("algorithm", ["dflash", "dflash2", "dspark"])
 def test_layers_trace_to_one_full_graph_per_grad_mode(algorithm, draft_model_config):
     from torch._dynamo.testing import CompileCounter
 

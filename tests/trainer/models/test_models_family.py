@@ -25,7 +25,7 @@ from specdraft.trainer.models import (
 )
 from specdraft.trainer.train.export import ExportError, draft_class_for, load_checkpoint_draft
 
-ALGORITHMS = ["dflash2", "dspark"]
+ALGORITHMS = ["dflash", "dflash2", "dspark"]
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -91,7 +91,12 @@ def test_a_feature_folder_made_for_the_other_family_is_refused_naming_the_field(
 
 
 def test_unknown_algorithms_and_architectures_name_the_known_ones():
-    with pytest.raises(ValueError, match=r"model.algorithm = 'eagle3'.*'dflash2', 'dspark'"):
+    with pytest.raises(
+        ValueError, match=r"model.algorithm = 'eagle3'.*'dflash', 'dflash2', 'dspark'"
+    ):
         family_for("eagle3")
-    with pytest.raises(ExportError, match=r"LlamaForCausalLM.*DFlash2DraftModel.*Qwen3DSparkModel"):
+    with pytest.raises(
+        ExportError,
+        match=r"LlamaForCausalLM.*DFlash2DraftModel.*DFlashDraftModel.*Qwen3DSparkModel",
+    ):
         draft_class_for("LlamaForCausalLM")

@@ -1,4 +1,4 @@
-"""Loss formulas of both families against a naive per-token reference in float64."""
+"""Loss formulas of every family against a naive per-token reference in float64."""
 
 from __future__ import annotations
 
@@ -46,9 +46,10 @@ def _ce(logits: torch.Tensor, label: int) -> torch.Tensor:
 
 
 def _dflash2_reference(draft, batch, head, spec, policy):
+    """DFlash2's per-token loss; for a plain DFlash draft (no selector) the DFlash CE alone."""
     targets, hidden = _hidden(draft, batch, head, spec)
     ids, mask = batch["input_ids"], batch["loss_mask"]
-    selector, config = draft.candidate_selector, draft.config
+    selector, config = getattr(draft, "candidate_selector", None), draft.config
     length, block = ids.shape[1], config.block_size
     numerator = hidden.new_zeros(())
     denominator, count, hits, misses = 0.0, 0, 0, 0
@@ -66,6 +67,11 @@ def _dflash2_reference(draft, batch, head, spec, policy):
                 logits = head.lm_head.weight @ h
                 gold, prev = int(ids[b, pos]), int(ids[b, pos - 1])
                 loss = _ce(logits, gold)
+                numerator = numerator + weight * loss
+                denominator += weight
+                count += 1
+                if selector is None:
+                    continue
                 cands = torch.argsort(logits.detach(), descending=True)[: config.selector_top_k]
                 cands = cands.tolist()
                 hit = gold in cands
@@ -82,25 +88,29 @@ def _dflash2_reference(draft, batch, head, spec, policy):
                             for c in cands
                         ]
                     )
-                    loss = loss + config.selector_loss_weight * _ce(scores, cands.index(gold))
-                numerator = numerator + weight * loss
-                denominator += weight
-                count += 1
-    assert hits > 0 and misses > 0, "the case must exercise both a hit and a miss"
+                    selector_ce = _ce(scores, cands.index(gold))
+                    numerator = numerator + weight * config.selector_loss_weight * selector_ce
+    assert selector is None or (hits > 0 and misses > 0), "the case must exercise hit and miss"
     return numerator, denominator, count, hits
 
 
-@pytest.mark.parametrize("policy", ["exclude", "insert"])
-def test_dflash2_loss_matches_per_token_reference(setup, policy):
+@pytest.mark.parametrize(
+    ("algorithm", "policy"), [("dflash2", "exclude"), ("dflash2", "insert"), ("dflash", None)]
+)
+def test_dflash_family_loss_matches_per_token_reference(setup, algorithm, policy):
     draft, head, batch, spec = setup(
-        "dflash2", dflash2={"selector_gold_policy": policy, "selector_top_k": 40}
+        algorithm, dflash2={"selector_gold_policy": policy or "exclude", "selector_top_k": 40}
     )
     out = draft(batch, head, spec)
     numerator, denominator, count, hits = _dflash2_reference(draft, batch, head, spec, policy)
     torch.testing.assert_close(out.numerator, numerator, rtol=1e-10, atol=1e-10)
     assert out.denominator.item() == pytest.approx(denominator, rel=1e-12)
     assert out.metrics["count"].item() == count
-    assert out.metrics["selector_recall_hits"].item() == hits
+    if policy is None:  # plain DFlash: the decayed CE is the whole loss, no selector metrics
+        torch.testing.assert_close(out.metrics["weighted_ce"], numerator.detach())
+        assert not [key for key in out.metrics if key.startswith("selector_")]
+    else:
+        assert out.metrics["selector_recall_hits"].item() == hits
     assert out.metrics["count_per_pos"].shape == (draft.config.block_size - 1,)
     # Gradients of the chunked, checkpointed sums equal those of the naive loop.
     grads = torch.autograd.grad(out.numerator, list(draft.parameters()), allow_unused=True)
@@ -238,7 +248,7 @@ def test_dspark_supervision_stops_at_the_first_unsupervised_label(setup):
     assert per_pos[0] == targets.keep.sum()  # the anchor slot is always supervised
 
 
-@pytest.mark.parametrize("algorithm", ["dflash2", "dspark"])
+@pytest.mark.parametrize("algorithm", ["dflash", "dflash2", "dspark"])
 def test_chunk_size_does_not_change_sums_or_gradients(setup, algorithm):
     results = []
     for chunk in (1, 4, 100):
@@ -257,7 +267,7 @@ def test_chunk_size_does_not_change_sums_or_gradients(setup, algorithm):
 
 def test_decay_weights_follow_each_family(setup):
     # With every position supervised, the denominator is kept blocks x the sum of the decays.
-    for algorithm, exponents in (("dflash2", range(3)), ("dspark", range(4))):
+    for algorithm, exponents in (("dflash", range(3)), ("dflash2", range(3)), ("dspark", range(4))):
         draft, head, batch, spec = setup(algorithm)
         batch["loss_mask"][:] = 1
         out = draft(batch, head, spec)
@@ -266,7 +276,7 @@ def test_decay_weights_follow_each_family(setup):
         expected = 0.0
         for b, n in targets.keep.nonzero().tolist():
             anchor = int(targets.anchors[b, n])
-            first = 1  # both families: the first supervised label is at anchor + 1
+            first = 1  # every family: the first supervised label is at anchor + 1
             for j in exponents:
                 if anchor + first + j < length:
                     expected += math.exp(-j / GAMMA)
@@ -319,3 +329,23 @@ def test_dspark_zero_l1_weight_without_confidence_matches_the_reference(setup):
     assert out.metrics["count"].item() == count
     assert "l1_sum" not in out.metrics and "accept_sum" not in out.metrics
     _assert_grads_match(out, numerator, draft)
+
+
+def test_dflash_is_dflash2_with_identity_convs_and_no_selector(setup):
+    # The backbone tensors are shared by name: a plain DFlash draft holding a fresh DFlash2
+    # draft's backbone (convs at identity) computes DFlash2's loss without the selector term.
+    dflash2, head, batch, spec = setup(
+        "dflash2", dflash2={"selector_gold_policy": "insert", "selector_loss_weight": 0.0}
+    )
+    dflash = setup("dflash")[0]
+    extra = set(dflash2.state_dict()) - set(dflash.state_dict())
+    assert extra and all(
+        ".attention_conv." in k or ".mlp_conv." in k or k.startswith("candidate_selector.")
+        for k in extra
+    )
+    dflash.load_state_dict({k: v for k, v in dflash2.state_dict().items() if k not in extra})
+    want, got = dflash2(batch, head, spec), dflash(batch, head, spec)
+    torch.testing.assert_close(got.numerator, want.numerator, rtol=1e-12, atol=1e-12)
+    assert got.metrics.keys() == want.metrics.keys()
+    for key, value in want.metrics.items():
+        torch.testing.assert_close(got.metrics[key], value, msg=key)

@@ -1,4 +1,4 @@
-"""A few optimisation steps on a tiny target drive the loss down for both families."""
+"""A few optimisation steps on a tiny target drive the loss down for every family."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from specdraft.trainer.models import (
 @pytest.mark.parametrize(
     ("algorithm", "overrides"),
     [
+        ("dflash", {}),
         ("dflash2", {"dflash2": {"selector_gold_policy": "insert"}}),
         ("dspark", {"dspark": {"markov_type": "vanilla"}}),
         ("dspark", {"dspark": {"markov_type": "rnn", "confidence_uses_markov": True}}),

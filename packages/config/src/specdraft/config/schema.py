@@ -165,8 +165,12 @@ class ModelConfig(_Section):
         description="Local path of the target model (a HF folder with config.json and "
         "safetensors). Weights are never downloaded at run time.",
     )
-    algorithm: Literal["dflash2", "dspark"] = Field(
-        ..., description="Draft family: 'dflash2' or 'dspark'."
+    algorithm: Literal["dflash", "dflash2", "dspark"] = Field(
+        ...,
+        description="Draft family: 'dflash' (the plain DFlash draft SGLang and vLLM serve: the "
+        "backbone alone, slot k predicts anchor + k), 'dflash2' (DFlash + in-block "
+        "convolutions + pairwise path selector) or 'dspark' (shifted labels, Markov and "
+        "confidence heads).",
     )
     block_size: PositiveInt = Field(
         16,

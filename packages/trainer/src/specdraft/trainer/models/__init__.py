@@ -1,19 +1,22 @@
-"""Draft models of the DFlash family (DFlash2, DSpark), their objectives and the frozen target."""
+"""Draft models of the DFlash family (DFlash, DFlash2, DSpark), their objectives and the target."""
 
 from .anchors import sample_anchors, valid_anchor_positions
 from .backbone import BlockTargets, DraftModel
 from .config import (
     DFLASH2_ARCHITECTURE,
+    DFLASH_ARCHITECTURE,
     DSPARK_ARCHITECTURE,
     DFlash2Config,
+    DFlashConfig,
     DFlashDraftConfig,
     DSparkConfig,
 )
+from .dflash import DFlashDraftModel
 from .dflash2 import DFlash2DraftModel
 from .documents import DocumentLayout, document_layout
 from .dspark import Qwen3DSparkModel
 from .factory import build_draft, draft_config_from
-from .family import DraftFamily, family_for, family_of, family_of_architecture
+from .family import DraftFamily, family_for, family_of, family_of_architecture, metric_ratios
 from .losses import DraftLoss
 from .masks import both_block_masks, build_block_mask, dense_block_mask, flex_block_mask
 from .spec import DraftTrainSpec, resolve_attention_backend
@@ -27,11 +30,14 @@ from .target import (
 
 __all__ = [
     "DFLASH2_ARCHITECTURE",
+    "DFLASH_ARCHITECTURE",
     "DSPARK_ARCHITECTURE",
     "BlockTargets",
     "DFlash2Config",
     "DFlash2DraftModel",
+    "DFlashConfig",
     "DFlashDraftConfig",
+    "DFlashDraftModel",
     "DSparkConfig",
     "DocumentLayout",
     "DraftFamily",
@@ -53,6 +59,7 @@ __all__ = [
     "flex_block_mask",
     "load_target_config",
     "load_target_head",
+    "metric_ratios",
     "resolve_attention_backend",
     "sample_anchors",
     "target_dtype",

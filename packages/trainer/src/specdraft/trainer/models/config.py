@@ -1,9 +1,12 @@
-"""HF configs of the two draft families, built from the specdraft ModelConfig and the target's.
+"""HF configs of the draft families, built from the specdraft ModelConfig and the target's.
 
-Both are Qwen3 configs (`model_type = "qwen3"`) with extra keys, like the published DFlash and
+All are Qwen3 configs (`model_type = "qwen3"`) with extra keys, like the published DFlash and
 DSpark drafts, so SGLang (and vLLM) read them with a plain `AutoConfig` and pick the model class
 from `architectures`:
 
+- DFlash: architecture `DFlashDraftModel` (SGLang models/dflash.py, vLLM's registry entry for
+  qwen3_dflash). The shared keys only: with no `conv_kernel_size` / `selector_rank` in
+  `dflash_config` SGLang builds no convolution and no selector.
 - DFlash2: architecture `DFlash2DraftModel`. SGLang's `parse_dflash_draft_config` reads the
   nested `dflash_config` first (block_size, target_layer_ids, mask_token_id, conv_kernel_size,
   conv_group_size, selector_rank, selector_top_k; the conv and selector keys only there), then
@@ -27,6 +30,7 @@ from transformers import Qwen3Config
 
 logger = logging.getLogger(__name__)
 
+DFLASH_ARCHITECTURE = "DFlashDraftModel"
 DFLASH2_ARCHITECTURE = "DFlash2DraftModel"
 DSPARK_ARCHITECTURE = "Qwen3DSparkModel"
 # Taps of the DFlash2 in-block convolution: y_t = k_t0 * x_t + k_t1 * x_(t-1).
@@ -58,6 +62,16 @@ class DFlashDraftConfig(Qwen3Config):
             "target_layer_ids": list(self.target_layer_ids or []),
             "mask_token_id": self.mask_token_id,
         }
+
+
+@strict
+class DFlashConfig(DFlashDraftConfig):
+    """Plain DFlash: the backbone alone (no conv or selector keys, so engines build neither)."""
+
+    def __post_init__(self, **kwargs: Any) -> None:
+        if self.architectures is None:
+            self.architectures = [DFLASH_ARCHITECTURE]
+        super().__post_init__(**kwargs)
 
 
 @strict

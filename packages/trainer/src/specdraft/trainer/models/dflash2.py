@@ -21,11 +21,20 @@ from transformers import initialization as init
 from .backbone import BlockTargets, DraftModel
 from .config import DFlash2Config
 from .conv import BlockDepthwiseConv
+from .dflash import DFLASH_METRIC_RATIOS, offset_ce, offset_metrics, offset_slots
 from .layers import DFlashDecoderLayer, RotaryTables
-from .losses import DraftLoss, chunked_sums, decay_weights, leading_run, upcast
+from .losses import LOSS_WEIGHT, DraftLoss, MetricRatios, chunked_sums
 from .selector import CandidateSelector, candidate_set
 from .spec import DraftTrainSpec
 from .target import TargetHead
+
+# The DFlash rates plus the selector's (see losses.MetricRatios).
+DFLASH2_METRIC_RATIOS: MetricRatios = {
+    **DFLASH_METRIC_RATIOS,
+    "loss/selector_ce": ("selector_weighted_ce", LOSS_WEIGHT),
+    "selector/recall": ("selector_recall_hits", "count"),
+    "selector/accuracy": ("selector_correct", "selector_count"),
+}
 
 
 class DFlash2DecoderLayer(DFlashDecoderLayer):
@@ -104,65 +113,37 @@ class DFlash2DraftModel(DraftModel):
         codebook lookups and backward are skipped: its parameters get no gradient and the
         selector metrics (`selector_*`) are left out rather than reported as zeros.
         """
-        slots = self.block_size - 1
-        loss_dtype = upcast(hidden).dtype
-        decay = decay_weights(slots, spec.loss_decay_gamma, hidden.device, loss_dtype)
-        labels = targets.gold[:, :, 1 : self.block_size]
-        previous = targets.gold[:, :, : self.block_size - 1]
-        weights = targets.supervised[:, :, 1 : self.block_size].to(loss_dtype) * decay
+        slots = offset_slots(targets, self.block_size, spec.loss_decay_gamma, hidden)
         config = self.config
         selector = self.candidate_selector if config.selector_loss_weight != 0 else None
 
         def chunk_sums(hidden_c: Tensor, labels_c: Tensor, previous_c: Tensor, weights_c: Tensor):
-            grid = labels_c.shape  # [B, chunk, bs-1]
-            # One contiguous [rows, H] matrix: on the strided slice the head would run a batched
-            # matmul over per-block matrices instead of a single mm (forward and backward).
-            predicted = hidden_c[:, :, 1:].reshape(-1, hidden_c.shape[-1])
-            labels_f, weights_f = labels_c.reshape(-1), weights_c.reshape(-1)
-            logits = upcast(head.logits(predicted))
-            token_ce = F.cross_entropy(logits, labels_f, reduction="none")
-            supervised = weights_f > 0
-            correct = ((logits.argmax(-1) == labels_f) & supervised).view(grid)
-            dflash_sum = (token_ce * weights_f).sum()
-            sums = (
-                dflash_sum,
-                dflash_sum.detach(),
-                correct.sum((0, 1)).float(),
-                supervised.view(grid).sum((0, 1)).float(),
-                leading_run(correct).sum().float(),
-            )
+            ce = offset_ce(hidden_c, labels_c, weights_c, head)
             if selector is None:
-                return sums
+                return ce.sums
             cands = candidate_set(
-                logits, labels_f, config.selector_top_k, config.selector_gold_policy
+                ce.logits, ce.labels, config.selector_top_k, config.selector_gold_policy
             )
-            scores = selector.score(predicted, previous_c.reshape(-1), cands.tokens, cands.unary)
+            scores = selector.score(ce.predicted, previous_c.reshape(-1), cands.tokens, cands.unary)
             selector_ce = F.cross_entropy(scores, cands.target, reduction="none")
-            selector_sum = (selector_ce * (weights_f * cands.usable)).sum()
-            used = supervised & cands.usable
+            selector_sum = (selector_ce * (ce.weights * cands.usable)).sum()
+            used = ce.supervised & cands.usable
             selector_correct = (scores.argmax(-1) == cands.target) & used
             return (
-                dflash_sum + config.selector_loss_weight * selector_sum,
-                *sums[1:],
+                ce.sums[0] + config.selector_loss_weight * selector_sum,
+                *ce.sums[1:],
                 selector_sum.detach(),
-                (cands.hit & supervised).sum().float(),
+                (cands.hit & ce.supervised).sum().float(),
                 used.sum().float(),
                 selector_correct.sum().float(),
             )
 
         sums = chunked_sums(
-            chunk_sums, (hidden, labels, previous, weights), spec.logits_chunk_blocks
+            chunk_sums,
+            (hidden, slots.labels, slots.previous, slots.weights),
+            spec.logits_chunk_blocks,
         )
-        numerator, dflash_sum, correct_pos, count_pos, accepted = sums[:5]
-        metrics = {
-            "weighted_ce": dflash_sum,
-            "correct": correct_pos.sum(),
-            "count": count_pos.sum(),
-            "correct_per_pos": correct_pos,
-            "count_per_pos": count_pos,
-            "accepted": accepted,
-            "blocks": targets.keep.sum().float(),
-        }
+        metrics = offset_metrics(sums[1:5], targets)
         if selector is not None:
             selector_sum, recall_hits, selector_count, selector_correct = sums[5:]
             metrics.update(
@@ -171,7 +152,7 @@ class DFlash2DraftModel(DraftModel):
                 selector_count=selector_count,
                 selector_correct=selector_correct,
             )
-        return DraftLoss(numerator, weights.sum().detach(), metrics)
+        return DraftLoss(sums[0], slots.weights.sum().detach(), metrics)
 
     def greedy_tokens(self, hidden: Tensor, anchor_tokens: Tensor, head: TargetHead) -> Tensor:
         """Walk the selector's best path from the anchor over offsets 1..bs-1."""

@@ -21,11 +21,20 @@ from torch import Tensor, nn
 
 from .backbone import BlockTargets, DraftModel
 from .config import DSparkConfig
-from .layers import DFlashDecoderLayer
-from .losses import DraftLoss, chunked_sums, decay_weights, leading_run, upcast
+from .dflash import plain_layer
+from .losses import DraftLoss, MetricRatios, chunked_sums, decay_weights, leading_run, upcast
 from .markov import ConfidenceHead, build_markov_head
 from .spec import DraftTrainSpec
 from .target import TargetHead
+
+# DSpark's rates (see losses.MetricRatios): the three terms per supervised token, and the mean
+# acceptance target.
+DSPARK_METRIC_RATIOS: MetricRatios = {
+    "loss/ce": ("ce_sum", "count"),
+    "loss/l1": ("l1_sum", "count"),
+    "loss/confidence_bce": ("confidence_bce_sum", "count"),
+    "accept_target": ("accept_sum", "count"),
+}
 
 
 def block_slots(
@@ -65,14 +74,7 @@ class Qwen3DSparkModel(DraftModel):
 
     def make_layer(self, config: DSparkConfig, index: int) -> nn.Module:
         """A plain DFlash decoder layer."""
-        return DFlashDecoderLayer(
-            config.hidden_size,
-            config.intermediate_size,
-            config.num_attention_heads,
-            config.num_key_value_heads,
-            config.head_dim,
-            config.rms_norm_eps,
-        )
+        return plain_layer(config)
 
     def objective(
         self,

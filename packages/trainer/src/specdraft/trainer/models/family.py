@@ -1,9 +1,10 @@
-"""The draft families (DFlash2, DSpark): the one place that says what each needs and builds.
+"""The draft families (DFlash, DFlash2, DSpark): the one place that says what each needs and builds.
 
 A `DraftFamily` binds a `model.algorithm` name to its HF config class, its model class (named as
 SGLang's loader expects, since `save_pretrained` writes the class name into `architectures`),
-the family options it reads from the specdraft config, and the target features it consumes.
-Everything else asks `family_of(config)` instead of comparing `model.algorithm` to a string.
+the family options it reads from the specdraft config, the target features it consumes and the
+rates its metric sums log as. Everything else asks `family_of(config)` (or iterates over
+`FAMILIES`) instead of comparing `model.algorithm` to a string.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from .backbone import DraftModel
 from .config import (
     DFLASH2_CONV_TAPS,
     DFlash2Config,
+    DFlashConfig,
     DFlashDraftConfig,
     DSparkConfig,
 )
-from .dflash2 import DFlash2DraftModel
-from .dspark import Qwen3DSparkModel
+from .dflash import DFLASH_METRIC_RATIOS, DFlashDraftModel
+from .dflash2 import DFLASH2_METRIC_RATIOS, DFlash2DraftModel
+from .dspark import DSPARK_METRIC_RATIOS, Qwen3DSparkModel
+from .losses import COMMON_METRIC_RATIOS, MetricRatios
 
 # The batch key of the target's normed final hidden state (DSpark's extra input).
 LAST_HIDDEN_KEY = "target_last_hidden_states"
@@ -35,7 +39,7 @@ class DraftFamily:
     name: str
     config_class: type[DFlashDraftConfig]
     model_class: type[DraftModel]
-    # DSpark also trains on the target's final (normed) hidden state; DFlash2 only on the taps.
+    # DSpark also trains on the target's final (normed) hidden state; DFlash(2) only on the taps.
     needs_last_hidden: bool
     # SGLang's --speculative-algorithm for this family (lower-cased: --aux-hidden-state-capture).
     sglang_algorithm: str
@@ -43,6 +47,8 @@ class DraftFamily:
     config_options: Callable[[ModelConfig], dict[str, Any]]
     # Family-specific checks against the target's backbone keys (vocab, hidden size).
     check_target: Callable[[ModelConfig, dict[str, Any]], None]
+    # The rates of this family's metric sums, besides COMMON_METRIC_RATIOS (trainer logging).
+    metric_ratios: MetricRatios
 
     def __post_init__(self) -> None:
         # The model class lists the batch keys its forward requires: the family must agree.
@@ -124,6 +130,22 @@ def _no_check(model_cfg: ModelConfig, backbone: dict[str, Any]) -> None:
     return None
 
 
+def _no_options(model_cfg: ModelConfig) -> dict[str, Any]:
+    return {}
+
+
+DFLASH = DraftFamily(
+    name="dflash",
+    config_class=DFlashConfig,
+    model_class=DFlashDraftModel,
+    needs_last_hidden=False,
+    # SGLang serves plain DFlash drafts with the DFLASH worker (DFlashDraftModel is its base
+    # class; DFlash2DraftModel extends it with the selector).
+    sglang_algorithm="DFLASH",
+    config_options=_no_options,
+    check_target=_no_check,
+    metric_ratios=DFLASH_METRIC_RATIOS,
+)
 DFLASH2 = DraftFamily(
     name="dflash2",
     config_class=DFlash2Config,
@@ -132,6 +154,7 @@ DFLASH2 = DraftFamily(
     sglang_algorithm="DFLASH",
     config_options=_dflash2_options,
     check_target=_dflash2_check,
+    metric_ratios=DFLASH2_METRIC_RATIOS,
 )
 DSPARK = DraftFamily(
     name="dspark",
@@ -141,9 +164,26 @@ DSPARK = DraftFamily(
     sglang_algorithm="DSPARK",
     config_options=_dspark_options,
     check_target=_no_check,
+    metric_ratios=DSPARK_METRIC_RATIOS,
 )
 
-FAMILIES: dict[str, DraftFamily] = {family.name: family for family in (DFLASH2, DSPARK)}
+FAMILIES: dict[str, DraftFamily] = {family.name: family for family in (DFLASH, DFLASH2, DSPARK)}
+
+
+def metric_ratios() -> dict[str, tuple[str, str]]:
+    """Every rate the trainer may log: the common ones, then each family's, in family order.
+
+    Two families may share a rate (DFlash2 reports DFlash's CE) only with the same sums.
+    """
+    ratios: dict[str, tuple[str, str]] = dict(COMMON_METRIC_RATIOS)
+    for family in FAMILIES.values():
+        for name, sums in family.metric_ratios.items():
+            if ratios.setdefault(name, sums) != sums:
+                raise TypeError(
+                    f"draft family {family.name!r} logs {name!r} from {sums}, another family "
+                    f"from {ratios[name]}; give one of them another name"
+                )
+    return ratios
 
 
 def family_for(algorithm: str) -> DraftFamily:

@@ -8,7 +8,7 @@ token-weighted mean whatever the micro-batch split.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -16,6 +16,22 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from .documents import same_document
+
+# The loss denominator (sum of loss weights) as a ratio's denominator.
+LOSS_WEIGHT = "@loss_weight"
+
+# Logged metric -> (summed numerator, summed denominator) from a draft's metric sums. A ratio is
+# logged when its numerator is present; the sums are all-reduced before division, so every rate
+# is exact over the window and the ranks. Each family declares the ratios of its own sums.
+MetricRatios = Mapping[str, tuple[str, str]]
+
+# The rates every family's objective reports.
+COMMON_METRIC_RATIOS: MetricRatios = {
+    "accuracy": ("correct", "count"),
+    "accuracy_per_pos": ("correct_per_pos", "count_per_pos"),
+    # Mean run of leading correct tokens per kept block: an offline estimate of tau - 1.
+    "accept_len": ("accepted", "blocks"),
+}
 
 
 @dataclass

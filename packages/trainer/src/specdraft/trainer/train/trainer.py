@@ -29,6 +29,8 @@ from ..backends import (
     explain_recompile_limit,
     forbid_recompiles,
 )
+from ..models.family import metric_ratios
+from ..models.losses import LOSS_WEIGHT
 from ..models.spec import DraftTrainSpec
 from ..models.target import TargetHead
 from ..runtime import DistContext, all_reduce_sum
@@ -578,28 +580,9 @@ class Trainer:
         return tqdm(total=total, initial=self.step, desc="train", unit="step", dynamic_ncols=True)
 
 
-# The loss denominator (sum of loss weights) as a ratio's denominator.
-LOSS_WEIGHT = "@loss_weight"
-
-# Logged metric -> (summed numerator, summed denominator) from the draft's metric sums. A ratio
-# is logged when its numerator is present; the sums are all-reduced before division, so every
-# rate is exact over the window and the ranks.
-METRIC_RATIOS: dict[str, tuple[str, str]] = {
-    "accuracy": ("correct", "count"),
-    "accuracy_per_pos": ("correct_per_pos", "count_per_pos"),
-    # Mean run of leading correct tokens per kept block: an offline estimate of tau - 1.
-    "accept_len": ("accepted", "blocks"),
-    # DFlash2: the decayed cross-entropy and the selector loss, per unit of loss weight.
-    "loss/dflash_ce": ("weighted_ce", LOSS_WEIGHT),
-    "loss/selector_ce": ("selector_weighted_ce", LOSS_WEIGHT),
-    "selector/recall": ("selector_recall_hits", "count"),
-    "selector/accuracy": ("selector_correct", "selector_count"),
-    # DSpark: the three terms per supervised token, and the mean acceptance target.
-    "loss/ce": ("ce_sum", "count"),
-    "loss/l1": ("l1_sum", "count"),
-    "loss/confidence_bce": ("confidence_bce_sum", "count"),
-    "accept_target": ("accept_sum", "count"),
-}
+# Logged metric -> (summed numerator, summed denominator): the rates every family reports and
+# each family's own (models/losses.py MetricRatios, declared with the family).
+METRIC_RATIOS: dict[str, tuple[str, str]] = metric_ratios()
 
 
 def _derived_metrics(reduced: dict[str, list[float]], loss_weight: float) -> dict[str, Any]:
