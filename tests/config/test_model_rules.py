@@ -47,12 +47,27 @@ def test_dflash2_needs_a_gold_policy_pointing_at_its_table():
     assert (finding.line, finding.col) == position_of(text, "[model.dflash2]")
 
 
-def test_dspark_needs_no_gold_policy_but_warns_about_the_ignored_table():
-    text = replace_once(BASE, 'algorithm = "dflash2"', 'algorithm = "dspark"')
+@pytest.mark.parametrize("algorithm", ["dflash", "dspark"])
+def test_other_families_need_no_gold_policy_but_warn_about_the_ignored_table(algorithm):
+    text = replace_once(BASE, 'algorithm = "dflash2"', f'algorithm = "{algorithm}"')
     finding = _one(text, "SD319")
     assert finding.severity == "warning"
     assert (finding.line, finding.col) == position_of(text, "[model.dflash2]")
     assert ExitCode.of(lint_text(text, "c.toml")) == ExitCode.CLEAN
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "ignored"),
+    [("dflash", ["dflash2", "dspark"]), ("dflash2", ["dspark"]), ("dspark", ["dflash2"])],
+)
+def test_every_options_table_but_the_chosen_familys_is_reported_ignored(algorithm, ignored):
+    text = replace_once(BASE, 'algorithm = "dflash2"', f'algorithm = "{algorithm}"')
+    text = replace_once(text, "[data]", "[model.dspark]\nmarkov_rank = 64\n\n[data]")
+    findings = lint_text(text, "c.toml")
+    assert [f.code for f in findings] == ["SD319"] * len(ignored), findings
+    for finding, table in zip(findings, ignored, strict=True):
+        assert (finding.line, finding.col) == position_of(text, f"[model.{table}]")
+        assert f"model.algorithm = '{algorithm}'" in finding.message
 
 
 def test_block_size_without_published_gamma_needs_one():
@@ -70,7 +85,7 @@ def test_block_size_below_two_is_rejected():
 def test_unknown_algorithm_lists_the_choices():
     text = replace_once(BASE, 'algorithm = "dflash2"', 'algorithm = "eagle3"')
     finding = _one(text, "SD104")
-    assert "'dflash2' or 'dspark'" in finding.message
+    assert "'dflash', 'dflash2' or 'dspark'" in finding.message
     assert (finding.line, finding.col) == position_of(text, '"eagle3"')
 
 
@@ -147,6 +162,9 @@ def test_conv_group_must_divide_hidden_size(target):
     )
     finding = _one(text, "SD317")
     assert "try 16" in finding.message
+    # A family without the convolution ignores the table, and with it the group size.
+    plain = replace_once(text, 'algorithm = "dflash2"', 'algorithm = "dflash"')
+    assert _codes(plain) == ["SD319"]
 
 
 def test_explicit_target_replaces_model_target(target):

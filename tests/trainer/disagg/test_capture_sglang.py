@@ -57,7 +57,9 @@ def _free_port() -> int:
 # ------------------------------------------------------------------------------ launch command
 
 
-@pytest.mark.parametrize(("algorithm", "flag"), [("dflash2", "DFLASH"), ("dspark", "DSPARK")])
+@pytest.mark.parametrize(
+    ("algorithm", "flag"), [("dflash", "DFLASH"), ("dflash2", "DFLASH"), ("dspark", "DSPARK")]
+)
 def test_the_launch_command_asks_sglang_0_5_23_for_the_tapped_layers(tmp_path, algorithm, flag):
     cfg = make_config(
         Path("/models/qwen3-8b"),
@@ -88,7 +90,7 @@ def test_the_launch_command_asks_sglang_0_5_23_for_the_tapped_layers(tmp_path, a
     ]
 
 
-@pytest.mark.parametrize("algorithm", ["dflash2", "dspark"])
+@pytest.mark.parametrize("algorithm", ["dflash", "dflash2", "dspark"])
 def test_the_later_interface_names_the_capture_without_a_speculative_algorithm(tmp_path, algorithm):
     cfg = make_config(
         Path("/m"),
@@ -99,7 +101,7 @@ def test_the_later_interface_names_the_capture_without_a_speculative_algorithm(t
     )
     cmd = sglang_command(cfg, port=1)  # forced by the config: nothing is detected
     joined = " ".join(cmd)
-    method = {"dflash2": "dflash", "dspark": "dspark"}[algorithm]
+    method = {"dflash": "dflash", "dflash2": "dflash", "dspark": "dspark"}[algorithm]
     assert f"--aux-hidden-state-capture {method} --aux-hidden-state-layer-ids 1 3" in joined
     assert "--speculative-algorithm" not in cmd
     assert "--enable-return-aux-hidden-states" not in cmd

@@ -4,12 +4,15 @@ loaded, and the target features it declares are what the draft reads and the dat
 from __future__ import annotations
 
 import json
+from typing import get_args
 
 import pytest
 import torch
+from pydantic import BaseModel
 from train_support import tiny_run
 
-from specdraft.config import validate_config
+from specdraft.config import ModelConfig, validate_config
+from specdraft.config.families import FAMILY_RULES
 from specdraft.trainer.features.meta import (
     FeatureMismatch,
     check_feature_meta,
@@ -17,12 +20,16 @@ from specdraft.trainer.features.meta import (
 )
 from specdraft.trainer.integrity import write_manifest
 from specdraft.trainer.models import (
+    DraftFamily,
     TargetFeatureExtractor,
     build_draft,
     family_for,
     family_of,
     load_target_config,
+    metric_ratios,
 )
+from specdraft.trainer.models.family import FAMILIES
+from specdraft.trainer.models.losses import COMMON_METRIC_RATIOS
 from specdraft.trainer.train.export import ExportError, draft_class_for, load_checkpoint_draft
 
 ALGORITHMS = ["dflash", "dflash2", "dspark"]
@@ -100,3 +107,37 @@ def test_unknown_algorithms_and_architectures_name_the_known_ones():
         match=r"LlamaForCausalLM.*DFlash2DraftModel.*DFlashDraftModel.*Qwen3DSparkModel",
     ):
         draft_class_for("LlamaForCausalLM")
+
+
+def test_the_schema_the_linter_and_the_trainer_know_the_same_families():
+    schema = list(get_args(ModelConfig.model_fields["algorithm"].annotation))
+    assert schema == list(FAMILY_RULES) == list(FAMILIES) == ALGORITHMS
+    # Each options table the linter reports as ignored is a [model.*] section of the schema, and
+    # every such section belongs to one family.
+    tables = {r.options_table for r in FAMILY_RULES.values()} - {None}
+    sections = {
+        name
+        for name, field in ModelConfig.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+    }
+    assert tables == sections == {"dflash2", "dspark"}
+
+
+def test_every_family_logs_the_common_rates_and_its_own():
+    ratios = metric_ratios()
+    for family in FAMILIES.values():
+        assert {**COMMON_METRIC_RATIOS, **family.metric_ratios}.items() <= ratios.items()
+    assert ratios["loss/dflash_ce"] == ("weighted_ce", "@loss_weight")  # DFlash's and DFlash2's
+
+
+def test_two_families_cannot_log_one_rate_from_different_sums(monkeypatch):
+    clash = DraftFamily(
+        **{
+            **vars(FAMILIES["dflash"]),
+            "name": "clash",
+            "metric_ratios": {"loss/dflash_ce": ("ce_sum", "count")},
+        }
+    )
+    monkeypatch.setitem(FAMILIES, "clash", clash)
+    with pytest.raises(TypeError, match=r"'clash' logs 'loss/dflash_ce' from \('ce_sum'"):
+        metric_ratios()

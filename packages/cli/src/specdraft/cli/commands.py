@@ -25,7 +25,7 @@ SUMMARIES: dict[str, str] = {
     "lint": "Check config files (schema, bucket rules, target) as path:line:col: CODE lines.",
     "config": "Print the config JSON Schema, or a config with defaults and overrides resolved.",
     "explain-buckets": "Dry run: the resolved pad lengths and what each costs on the corpus.",
-    "train": "Train a DFlash2 or DSpark drafter (FSDP1/FSDP2, local or disaggregated).",
+    "train": "Train a DFlash, DFlash2 or DSpark drafter (FSDP1/FSDP2, local or disaggregated).",
     "eval": "Acceptance length tau of a draft checkpoint on held-out prompts.",
     "export": "Export a checkpoint as a HF draft folder SGLang can load.",
     "serve-capture": "Run the embedded capture server (target features into the store).",

@@ -38,7 +38,7 @@ class LazyGroup(click.Group):
 )
 @click.version_option(__version__, prog_name="specdraft")
 def cli() -> None:
-    """Train speculative-decoding draft models (DFlash2, DSpark) for SGLang-served targets.
+    """Train speculative-decoding draft models (DFlash, DFlash2, DSpark) for SGLang-served targets.
 
     \b
     specdraft lint config.toml             check configs (pre-commit hook)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .buckets import effective_buckets, max_length_appended
+from .families import family_rules, options_tables_ignored
 from .finding import Problem
 from .schema import Config
 from .target_info import TargetInfo, TargetUnreadable, read_target_info
@@ -137,16 +138,16 @@ def unused_table_problems(config: Config, document: Mapping[str, Any]) -> list[P
     """Warn about tables the file sets but the chosen algorithm, mode or store ignores."""
     problems = []
     model = _table(document, "model")
-    unused = "dspark" if config.model.algorithm == "dflash2" else "dflash2"
-    if unused in model:
-        problems.append(
-            Problem(
-                "SD319",
-                ("model", unused),
-                f"[model.{unused}] is ignored: model.algorithm = '{config.model.algorithm}'",
-                at="key",
+    for unused in options_tables_ignored(config.model.algorithm):
+        if unused in model:
+            problems.append(
+                Problem(
+                    "SD319",
+                    ("model", unused),
+                    f"[model.{unused}] is ignored: model.algorithm = '{config.model.algorithm}'",
+                    at="key",
+                )
             )
-        )
     dis = _table(_table(document, "deployment"), "disaggregated")
     if dis and config.deployment.mode != "disaggregated":
         problems.append(
@@ -191,7 +192,7 @@ def load_target(config: Config, target: str | None) -> tuple[TargetInfo | None, 
 
 
 def target_problems(config: Config, info: TargetInfo) -> list[Problem]:
-    """Layer ids, mask token id and conv group size against the target's own config."""
+    """Layer ids and mask token id against the target's own config, then the family's checks."""
     model, problems = config.model, []
     where = f"the target ({info.folder})"
     if info.num_layers is not None:
@@ -242,24 +243,9 @@ def target_problems(config: Config, info: TargetInfo) -> list[Problem]:
                 f"mask_token_id {mask} is an eos token id of {where}; pick an unused id",
             )
         )
-    group, hidden = model.dflash2.conv_group_size, info.hidden_size or 0
-    if model.algorithm == "dflash2" and hidden > 0 and hidden % group:
-        problems.append(
-            Problem(
-                "SD317",
-                ("model", "dflash2", "conv_group_size"),
-                f"model.dflash2.conv_group_size {group} does not divide the hidden size "
-                f"{hidden} of {where}; try {_divisor_below(hidden, group)}",
-            )
-        )
-    return problems
+    return problems + family_rules(model.algorithm).target_checks(config, info)
 
 
 def _table(document: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     value = document.get(name) if isinstance(document, Mapping) else None
     return value if isinstance(value, Mapping) else {}
-
-
-def _divisor_below(total: int, limit: int) -> int:
-    """The largest divisor of `total` that is at most `limit` (a suggested group size)."""
-    return next(d for d in range(min(limit, total), 0, -1) if total % d == 0)

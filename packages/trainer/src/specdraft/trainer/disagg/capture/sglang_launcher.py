@@ -65,7 +65,7 @@ class SGLangInterfaceError(RuntimeError):
 
 
 def speculative_algorithm(algorithm: str) -> str:
-    """SGLang's --speculative-algorithm for a draft family: DFLASH (dflash2) or DSPARK."""
+    """SGLang's --speculative-algorithm for a draft family: DFLASH (dflash, dflash2) or DSPARK."""
     from ...models.family import family_for
 
     return family_for(algorithm).sglang_algorithm

@@ -125,7 +125,7 @@ class CaptureClient(Protocol):
 
 
 def capture_spec(layer_ids: Sequence[int], hidden_size: int, *, algorithm: str) -> CaptureSpec:
-    """The spec for `algorithm` ('dflash2' | 'dspark'): DSpark also needs the final state."""
+    """The spec for `algorithm` (a draft family's name): DSpark also needs the final state."""
     # Deferred: the draft family registry imports the models (torch); the wire format does not.
     from ...models.family import family_for
 
