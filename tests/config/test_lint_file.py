@@ -11,16 +11,18 @@ import tomli
 from config_cases import BASE, position_of, replace_once
 
 from specdraft.config import lint as lint_module
+from specdraft.config import load_config
+from specdraft.config.families import FAMILY_RULES
 from specdraft.config.lint import lint_file, lint_text
 from specdraft.config.report import ExitCode
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.toml"))
 
 
-def test_there_are_examples_for_both_algorithms():
-    texts = [p.read_text() for p in EXAMPLES]
-    assert any('algorithm = "dflash2"' in t for t in texts)
-    assert any('algorithm = "dspark"' in t for t in texts)
+@pytest.mark.parametrize("algorithm", sorted(FAMILY_RULES))
+def test_there_is_an_example_for_every_family(algorithm):
+    configs = [load_config(p) for p in EXAMPLES]
+    assert any(c.model.algorithm == algorithm for c in configs)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
