@@ -82,11 +82,12 @@ def tiny_overrides(example: Path, data: Path, steps: int) -> list[str]:
         "tracking.tensorboard=false",
         "tracking.progress_bar=false",
     ]
-    if algorithm == "dflash2":
-        overrides += ["model.dflash2.selector_rank=32", "model.dflash2.selector_top_k=8"]
-    else:
-        overrides += ["model.dspark.markov_rank=32"]
-    return overrides
+    # Each family's options shrunk to the tiny target (plain DFlash has none).
+    family_options = {
+        "dflash2": ["model.dflash2.selector_rank=32", "model.dflash2.selector_top_k=8"],
+        "dspark": ["model.dspark.markov_rank=32"],
+    }
+    return overrides + family_options.get(algorithm, [])
 
 
 def run_one(

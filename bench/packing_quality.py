@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="optimizer steps of the unpacked run (default: the quickstart's 3 epochs; "
         f"{QUICK_STEPS} with --quick)",
     )
-    parser.add_argument("--algorithm", choices=("dflash2", "dspark"), default="dflash2")
+    parser.add_argument("--algorithm", choices=("dflash", "dflash2", "dspark"), default="dflash2")
     parser.add_argument(
         "--max-length",
         type=int,

@@ -19,7 +19,7 @@ from .runner import BenchSettings
 from .tables import offline_table, online_table
 from .workloads import WORKLOAD_NOTES
 
-ALGORITHM_NAMES = {"dflash2": "DFlash2", "dspark": "DSpark"}
+ALGORITHM_NAMES = {"dflash": "DFlash", "dflash2": "DFlash2", "dspark": "DSpark"}
 
 
 def machine_description() -> str:

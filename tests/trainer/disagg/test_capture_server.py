@@ -38,6 +38,7 @@ from specdraft.trainer.disagg.wire.capture import (
     request_from_json,
     request_to_json,
 )
+from specdraft.trainer.models.family import FAMILIES
 from specdraft.trainer.runtime.http_json import (
     SECRET_ENV,
     JsonServer,
@@ -233,7 +234,7 @@ specs = st.builds(
     capture_spec,
     st.lists(st.integers(0, 60), min_size=1, max_size=5, unique=True),
     st.integers(1, 8192),
-    algorithm=st.sampled_from(["dflash2", "dspark"]),
+    algorithm=st.sampled_from(sorted(FAMILIES)),
 )
 
 

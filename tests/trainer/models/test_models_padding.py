@@ -42,6 +42,7 @@ def _run(draft, head, batch, spec):
 @pytest.mark.parametrize(
     ("algorithm", "overrides"),
     [
+        ("dflash", {}),
         ("dflash2", {"dflash2": {"selector_gold_policy": "insert"}}),
         ("dflash2", {"dflash2": {"selector_gold_policy": "exclude"}}),
         ("dspark", {"dspark": {"markov_type": "rnn", "confidence_uses_markov": True}}),
@@ -69,6 +70,7 @@ def test_same_samples_padded_differently_give_same_loss_and_gradients(
 
 
 ALGORITHMS = [
+    ("dflash", {}),
     ("dflash2", {"dflash2": {"selector_gold_policy": "insert"}}),
     ("dspark", {"dspark": {"markov_type": "rnn", "confidence_uses_markov": True}}),
 ]
@@ -121,7 +123,7 @@ def test_a_width_below_the_largest_count_would_drop_anchors(
     assert short.denominator < full.denominator
 
 
-@pytest.mark.parametrize("algorithm", ["dflash2", "dspark"])
+@pytest.mark.parametrize("algorithm", ["dflash", "dflash2", "dspark"])
 def test_context_at_or_after_every_anchor_is_invisible(
     algorithm, draft_model_config, make_draft_batch, random_samples
 ):
@@ -139,7 +141,7 @@ def test_context_at_or_after_every_anchor_is_invisible(
     assert torch.equal(before.numerator, after.numerator)
 
 
-@pytest.mark.parametrize("algorithm", ["dflash2", "dspark"])
+@pytest.mark.parametrize("algorithm", ["dflash", "dflash2", "dspark"])
 def test_a_sample_without_valid_anchor_contributes_zero_weight(
     algorithm, draft_model_config, make_draft_batch, random_samples
 ):

@@ -19,6 +19,7 @@ ALGORITHMS = [
     ("dspark", {}),
     ("dspark", {"dspark": {"markov_type": "rnn", "confidence_uses_markov": True}}),
     ("dspark", {"dspark": {"markov_type": "gated"}}),
+    ("dflash", {}),
 ]
 
 # Row 0 packs documents 0, 1, 2 (the one under test is 1, between the others) and pads to 36;

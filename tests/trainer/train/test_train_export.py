@@ -36,7 +36,7 @@ def outputs(model, batch, head, spec):
     return loss, proposals
 
 
-@pytest.fixture(scope="module", params=["dflash2", "dspark"])
+@pytest.fixture(scope="module", params=["dflash", "dflash2", "dspark"])
 def trained(request, tiny_target_path, tmp_path_factory):
     """A one-step checkpoint of each algorithm, a batch, the head and the spec."""
     from specdraft.trainer.train.assembly import build_trainer
