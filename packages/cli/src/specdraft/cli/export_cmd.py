@@ -1,8 +1,16 @@
-"""`specdraft export CHECKPOINT --out DIR`: a HF draft folder for SGLang and from_pretrained."""
+"""`specdraft export CHECKPOINT --out DIR [--format sglang|vllm|speculators]`: a draft folder."""
 
 from __future__ import annotations
 
 import click
+
+FORMAT_NAMES = ("sglang", "vllm", "speculators")
+
+
+class RefusedExport(click.ClickException):
+    """A usage error of export (occupied --out, a head the engine cannot build): exit 2."""
+
+    exit_code = 2
 
 
 @click.command("export")
@@ -10,8 +18,16 @@ import click
 @click.option(
     "--out",
     required=True,
-    type=click.Path(file_okay=False, path_type=str),
-    help="Folder to write config.json and model.safetensors into.",
+    type=click.Path(path_type=str),
+    help="Folder to write config.json and model.safetensors into (empty or new).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMAT_NAMES),
+    default="sglang",
+    show_default=True,
+    help="Whose loader reads the folder: SGLang, vLLM 0.32, or speculators 0.9.0.",
 )
 @click.option(
     "--dtype",
@@ -19,19 +35,51 @@ import click
     default=None,
     help="Weight dtype (default: model.dtype of the run that made the checkpoint).",
 )
-def export(checkpoint: str, out: str, dtype: str | None) -> None:
-    """Export a training checkpoint (checkpoints/step-*) as a HF-style draft folder.
+@click.option(
+    "--verifier",
+    metavar="NAME_OR_PATH",
+    default=None,
+    help="The target the draft serves with, recorded by --format speculators (required there): "
+    "a hub id or a local folder.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace the draft files of a non-empty --out (a folder holding another model is "
+    "refused even so).",
+)
+def export(
+    checkpoint: str, out: str, fmt: str, dtype: str | None, verifier: str | None, force: bool
+) -> None:
+    """Export a training checkpoint (checkpoints/step-*) as a draft folder for serving.
 
     \b
-    The folder holds config.json (architecture, block_size, target_layer_ids, mask_token_id,
-    dtype matching the weights) and model.safetensors. Point SGLang's speculative decoding at it:
+    sglang       config.json as SGLang reads it (nested dflash_config, top-level fallbacks)
       python -m sglang.launch_server --model-path TARGET \\
         --speculative-algorithm DFLASH --speculative-draft-model-path OUT   (DSPARK for DSpark)
+    vllm         the layout of vLLM 0.32's qwen3_dflash / qwen3_dflash2 / qwen3_dspark loaders
+      LLM(model=TARGET, speculative_config={"method": "dflash", "model": OUT,
+          "num_speculative_tokens": block_size - 1})            ("dspark", block_size for DSpark)
+    speculators  speculators 0.9.0's self-describing config (needs --verifier TARGET)
+
+    \b
+    The weights are the same tensors in every format (vllm leaves out any its loader does not
+    read). A non-empty --out is refused unless --force; a folder holding a model that is not a
+    draft (such as the target's) is always refused. Exit 2 for such refusals.
     """
-    from specdraft.trainer.train.export import ExportError, export_checkpoint
+    from specdraft.trainer.train.export import ExportError, ExportRefused, export_checkpoint
 
     try:
-        path = export_checkpoint(checkpoint, out, dtype=dtype)
+        result = export_checkpoint(
+            checkpoint, out, dtype=dtype, format=fmt, force=force, verifier=verifier
+        )
+    except ExportRefused as exc:
+        raise RefusedExport(str(exc)) from None
     except ExportError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"exported {checkpoint} -> {path}")
+    if result.left_out:
+        click.echo(
+            f"left out {len(result.left_out)} tensor(s) the {fmt} loader does not read: "
+            + ", ".join(result.left_out[:5])
+        )
+    click.echo(f"exported {checkpoint} -> {result.path} ({fmt})")

@@ -1,4 +1,4 @@
-"""`specdraft export`: a training checkpoint as a HF folder that SGLang and from_pretrained load."""
+"""The draft of a training checkpoint, verified against its manifest: what every format exports."""
 
 from __future__ import annotations
 
@@ -17,9 +17,14 @@ class ExportError(ValueError):
     """The checkpoint cannot be exported (missing files, unknown architecture)."""
 
 
+class ExportRefused(ExportError):
+    """The user asked for something export will not do (an occupied --out, a head an engine
+    cannot build): a usage error, reported with exit code 2."""
+
+
 def draft_class_for(architecture: str) -> type:
     """The draft model class named by a config's `architectures` entry."""
-    from ..models import family_of_architecture
+    from ...models import family_of_architecture
 
     try:
         return family_of_architecture(architecture).model_class
@@ -29,7 +34,7 @@ def draft_class_for(architecture: str) -> type:
 
 def verify_draft_files(folder: Path, *, action: str) -> None:
     """Check the files a draft is read from against the checkpoint's manifest.json."""
-    from ..integrity import CorruptFile, verify_files
+    from ...integrity import CorruptFile, verify_files
 
     # trainer_state.json is read for the run's dtype; only when present (it is optional here).
     names = [
@@ -73,17 +78,3 @@ def checkpoint_dtype(checkpoint: str | Path) -> str:
     if state_file.is_file():
         return json.loads(state_file.read_text()).get("model_dtype", "bfloat16")
     return "bfloat16"
-
-
-def export_checkpoint(checkpoint: str | Path, out: str | Path, *, dtype: str | None = None) -> Path:
-    """Write `out/` with config.json (dtype matching the weights) and model.safetensors."""
-    model = load_checkpoint_draft(checkpoint, action="export")
-    name = dtype or checkpoint_dtype(checkpoint)
-    if name not in DTYPES:
-        raise ExportError(f"--dtype {name!r} is not one of {sorted(DTYPES)}")
-    model = model.to(DTYPES[name])
-    model.config.dtype = name
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out), safe_serialization=True)
-    return out

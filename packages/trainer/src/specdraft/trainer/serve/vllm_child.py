@@ -1,0 +1,205 @@
+"""The child process that runs vLLM for specdraft: `python vllm_child.py REQUEST.json RESULT.json`.
+
+Run by the interpreter of the vLLM venv (scripts/vllm_cpu_venv.sh), so it imports only the
+standard library and vLLM; specdraft is not installed there. The request says what to do:
+
+- "check": build vLLM's engine config for the target with the draft as its speculative model
+  (`EngineArgs.create_engine_config`, where vLLM parses the draft config, resolves the method
+  and architecture, and validates the model runner), recording what vLLM read from the draft;
+- "serve": the check, then greedy generation of the prompts with speculation (acceptance from
+  `LLM.get_metrics()`) and without, in that order (vLLM's metrics are process-wide counters).
+
+The result is JSON: {"stage": "config" | "runner" | "serve" | "done", "error": ..., ...}. The
+guard below matters: vLLM starts its engine core in a spawned process that re-imports this file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+RUNNER_REFUSAL = "Model Runner V1 does not support: "
+DRAFTS = "vllm:spec_decode_num_drafts"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+
+
+def acceptance_from_metrics(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """Acceptance length and per-position acceptance from vLLM's spec-decode counters.
+
+    `metrics` are vLLM's `Metric`s as dicts (name, and value or values). Acceptance length is
+    1 + accepted / drafts (the bonus token included); `per_position` is each draft position's
+    accepted count over the drafts, `per_position_given_previous` the same conditioned on the
+    position before it being accepted (specdraft's own estimate reports that one).
+    """
+    counters: dict[str, float] = {}
+    vectors: dict[str, list[float]] = {}
+    for metric in metrics:
+        if "values" in metric:
+            old = vectors.get(metric["name"], [])
+            new = list(metric["values"])
+            width = max(len(old), len(new))
+            old, new = old + [0] * (width - len(old)), new + [0] * (width - len(new))
+            vectors[metric["name"]] = [a + b for a, b in zip(old, new, strict=True)]
+        elif "value" in metric:
+            counters[metric["name"]] = counters.get(metric["name"], 0) + metric["value"]
+    drafts = counters.get(DRAFTS, 0)
+    accepted = counters.get(ACCEPTED, 0)
+    per_pos = vectors.get(ACCEPTED_PER_POS, [])
+    conditional = []
+    for k, count in enumerate(per_pos):
+        reached = drafts if k == 0 else per_pos[k - 1]
+        conditional.append(count / reached if reached else 0.0)
+    return {
+        "drafts": drafts,
+        "draft_tokens": counters.get(DRAFT_TOKENS, 0),
+        "accepted": accepted,
+        "acceptance_length": 1 + accepted / drafts if drafts else None,
+        "accepted_per_position": per_pos,
+        "per_position": [count / drafts if drafts else 0.0 for count in per_pos],
+        "per_position_given_previous": conditional,
+    }
+
+
+def metric_dicts(metrics: list[Any]) -> list[dict[str, Any]]:
+    """vLLM `Metric` objects as plain dicts (the names and numbers only)."""
+    out = []
+    for metric in metrics:
+        entry: dict[str, Any] = {"name": metric.name}
+        if hasattr(metric, "values") and isinstance(metric.values, list):
+            entry["values"] = list(metric.values)
+        elif hasattr(metric, "value"):
+            entry["value"] = metric.value
+        else:
+            continue
+        out.append(entry)
+    return out
+
+
+def engine_kwargs(request: dict[str, Any], speculative: bool) -> dict[str, Any]:
+    """The engine arguments of a request, with or without the draft."""
+    kwargs: dict[str, Any] = {
+        "model": request["target"],
+        "dtype": request.get("dtype", "auto"),
+        "max_model_len": int(request["max_model_len"]),
+        "seed": 0,
+        "disable_log_stats": False,
+    }
+    if speculative:
+        kwargs["speculative_config"] = {
+            "method": request["method"],
+            "model": request["draft"],
+            "num_speculative_tokens": int(request["num_speculative_tokens"]),
+        }
+    return kwargs
+
+
+def check_config(request: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's engine config for the draft: what vLLM read from it, or where it refused it."""
+    from vllm.config import VllmConfig
+    from vllm.engine.arg_utils import EngineArgs
+
+    seen: dict[str, Any] = {}
+    original = VllmConfig._validate_v1_model_runner
+
+    def observe(self: Any) -> None:
+        # The speculative config is complete here: vLLM parsed the draft's config.json and
+        # resolved its method and architecture before validating the model runner.
+        seen.update(read_draft_facts(self.speculative_config))
+        original(self)
+
+    VllmConfig._validate_v1_model_runner = observe  # type: ignore[method-assign]
+    try:
+        EngineArgs(**engine_kwargs(request, speculative=True)).create_engine_config()
+    except Exception as exc:  # vLLM raises ValueError, NotImplementedError, pydantic errors
+        message = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
+        for line in str(exc).splitlines():
+            if RUNNER_REFUSAL in line:
+                # pydantic appends " [type=value_error, input_value=...]" to the reason.
+                reason = line[line.index(RUNNER_REFUSAL) :].split(" [type=")[0].strip()
+                return {"stage": "runner", "error": reason, "draft": seen}
+        return {"stage": "config", "error": message, "draft": seen}
+    finally:
+        VllmConfig._validate_v1_model_runner = original  # type: ignore[method-assign]
+    return {"stage": "checked", "draft": seen}
+
+
+def read_draft_facts(spec: Any) -> dict[str, Any]:
+    """What vLLM made of the draft: method, architecture, aux layers, speculative tokens."""
+    from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
+        get_eagle3_aux_layers_from_config,
+    )
+
+    draft = spec.draft_model_config
+    hf = draft.hf_config
+    dflash_config = getattr(hf, "dflash_config", None) or {}
+    aux = get_eagle3_aux_layers_from_config(spec)
+    return {
+        "method": spec.method,
+        "architectures": list(draft.architectures or []),
+        "aux_hidden_state_layers": list(aux) if aux else None,
+        "num_speculative_tokens": spec.num_speculative_tokens,
+        "mask_token_id": dflash_config.get("mask_token_id"),
+        "sample_from_anchor": getattr(hf, "sample_from_anchor", None),
+        "dflash_config": dict(dflash_config),
+    }
+
+
+def generate(request: dict[str, Any], speculative: bool) -> tuple[list[list[int]], list[Any]]:
+    """Greedy token ids of every prompt, and the engine's metrics after the run."""
+    import gc
+
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(**engine_kwargs(request, speculative))
+    params = SamplingParams(temperature=0.0, max_tokens=int(request["max_tokens"]))
+    prompts = [{"prompt_token_ids": ids} for ids in request["prompts"]]
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    tokens = [list(out.outputs[0].token_ids) for out in outputs]
+    metrics = metric_dicts(llm.get_metrics())
+    del llm
+    gc.collect()
+    return tokens, metrics
+
+
+def serve(request: dict[str, Any]) -> dict[str, Any]:
+    """The check, then the prompts with and without speculation."""
+    result = check_config(request)
+    if result["stage"] != "checked":
+        return result
+    speculative, metrics = generate(request, speculative=True)
+    result["speculative"] = speculative
+    result["acceptance"] = acceptance_from_metrics(metrics)
+    result["baseline"], _ = generate(request, speculative=False)
+    result["stage"] = "done"
+    return result
+
+
+def main(argv: list[str]) -> int:
+    """Read the request, run it, write the result; exit 0 whenever a result was written."""
+    request_file, result_file = argv[1], argv[2]
+    with open(request_file) as handle:
+        request = json.load(handle)
+    try:
+        import vllm
+
+        version = vllm.__version__
+        result = check_config(request) if request["mode"] == "check" else serve(request)
+    except Exception as exc:
+        result = {"stage": "serve", "error": f"{type(exc).__name__}: {exc}"}
+        traceback.print_exc()
+        version = None
+    result["vllm_version"] = version
+    tmp = result_file + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump(result, handle)
+    os.replace(tmp, result_file)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

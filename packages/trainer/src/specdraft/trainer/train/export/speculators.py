@@ -1,0 +1,139 @@
+"""`--format speculators`: the self-describing format of speculators 0.9.0 (and vLLM's reader).
+
+Read in the installed speculators: `models/dflash/config.py` (DFlashSpeculatorConfig:
+`transformer_layer_config`, `draft_vocab_size`, `block_size`, `aux_hidden_state_layer_ids` in
+the aux convention of layer_ids.py, `mask_token_id`, `sliding_window_non_causal`,
+`sample_from_anchor`), `models/dflash2/config.py` (the conv and selector keys),
+`models/dspark/config.py` (the Markov and confidence keys) and `config.py` (`speculators_config`:
+algorithm, proposal methods, verifier). Module names equal specdraft's, so model.safetensors is
+the sglang export's file, byte for byte. vLLM converts this format in
+`transformers_utils/configs/speculators/algos.py`, which sets `dflash_config.causal` to
+`not sliding_window_non_causal`: specdraft's blocks are bidirectional, hence true.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ...models.backbone import DraftModel
+from .layer_ids import aux_hidden_state_ids
+from .options import ExportOptions
+from .source import ExportRefused
+
+SPECULATORS_VERSION = "0.9.0"
+# specdraft family -> (speculators_model_type, the config class's default `architectures`).
+SPECULATORS_TYPES = {
+    "dflash": ("dflash", "DFlashSpeculator"),
+    "dflash2": ("dflash2", "DFlash2DraftModel"),
+    "dspark": ("dspark", "DSparkSpeculator"),
+}
+# The draft's HF keys that make up speculators' nested decoder-layer config (a Qwen3Config).
+_LAYER_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_act",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "rope_parameters",
+    "attention_bias",
+    "attention_dropout",
+    "initializer_range",
+)
+
+
+def verifier_architectures(verifier: str, config: dict[str, Any]) -> list[str]:
+    """The verifier's `architectures`, read from a local folder (checked against the draft)."""
+    config_file = Path(verifier) / "config.json"
+    if not config_file.is_file():
+        return []  # a hub id: speculators resolves it when it loads the draft
+    target = json.loads(config_file.read_text())
+    text = target.get("text_config") or target
+    for key in ("vocab_size", "hidden_size"):
+        if key in text and int(text[key]) != int(config[key]):
+            raise ExportRefused(
+                f"--verifier {verifier} has {key} = {text[key]}, the draft {config[key]}: "
+                "give the target the draft was trained for (the run's model.target)"
+            )
+    return list(target.get("architectures") or [])
+
+
+def speculators_config(
+    family: str, config: dict[str, Any], verifier: str, architectures: list[str]
+) -> dict[str, Any]:
+    """speculators' config.json from the draft's own (the dict `save_pretrained` wrote)."""
+    model_type, architecture = SPECULATORS_TYPES[family]
+    block_size = int(config["block_size"])
+    sample_from_anchor = family == "dspark"  # DSpark's slot k predicts anchor + k + 1
+    layers = {key: config[key] for key in _LAYER_KEYS if key in config}
+    layers.update(
+        model_type="qwen3",
+        tie_word_embeddings=False,
+        use_sliding_window=False,
+        sliding_window=None,
+        layer_types=["full_attention"] * int(config["num_hidden_layers"]),
+    )
+    out: dict[str, Any] = {
+        "architectures": [architecture],
+        "speculators_model_type": model_type,
+        "speculators_version": SPECULATORS_VERSION,
+        "dtype": config.get("dtype"),
+        "transformer_layer_config": layers,
+        "draft_vocab_size": int(config["vocab_size"]),
+        "target_hidden_size": int(config["hidden_size"]),
+        "block_size": block_size,
+        "aux_hidden_state_layer_ids": aux_hidden_state_ids(config["target_layer_ids"]),
+        "mask_token_id": int(config["mask_token_id"]),
+        "sliding_window_non_causal": True,
+        "sample_from_anchor": sample_from_anchor,
+        "speculators_config": {
+            "algorithm": model_type,
+            "default_proposal_method": "greedy",
+            "proposal_methods": [
+                {
+                    "proposal_type": "greedy",
+                    "speculative_tokens": block_size if sample_from_anchor else block_size - 1,
+                    "verifier_accept_k": 1,
+                    "accept_tolerance": 0.0,
+                }
+            ],
+            "verifier": {"name_or_path": verifier, "architectures": architectures},
+        },
+    }
+    if family == "dflash2":
+        for key in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k"):
+            out[key] = int(config[key])
+    if family == "dspark":
+        out.update(
+            markov_rank=int(config["markov_rank"]),
+            markov_head_type=config["markov_head_type"],
+            enable_confidence_head=bool(config["enable_confidence_head"]),
+            confidence_head_with_markov=bool(config["confidence_head_with_markov"]),
+        )
+    return out
+
+
+def write_speculators(model: DraftModel, folder: Path, options: ExportOptions) -> list[str]:
+    """Write speculators' config.json beside the unchanged model.safetensors."""
+    from ...models import family_of_architecture
+
+    if not options.verifier:
+        raise ExportRefused(
+            "--format speculators needs --verifier NAME_OR_PATH: the target the draft serves "
+            "with (a hub id, or the local folder of the run's model.target), which speculators "
+            "records and loads the embeddings and LM head from"
+        )
+    family = family_of_architecture(type(model).__name__).name
+    model.save_pretrained(str(folder), safe_serialization=True)
+    config_file = folder / "config.json"
+    config = json.loads(config_file.read_text())
+    architectures = verifier_architectures(options.verifier, config)
+    out = speculators_config(family, config, options.verifier, architectures)
+    config_file.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    return []
