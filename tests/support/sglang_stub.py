@@ -11,6 +11,15 @@ aux capture, the final hidden state alone. Stock SGLang never sends the final st
 aux layers; with `SPECDRAFT_SGLANG_STUB_FINAL_STATE=1` the stub appends it after them, as
 SGLang with the specdraft-sglang-plugin installed does. It generates exactly one greedy token.
 
+Prefill runs in chunks of `--chunked-prefill-size` tokens (-1: one chunk; the stub's default is
+4, so the tests' short prompts take several), handed over per chunk as SGLang 0.5.23's
+scheduler does: `_append_prefill_hidden_states(req=, logits_output=, hidden_state_offset=,
+capture_hidden_mode=, extend_input_len=, store=)` with `store=False` for middle chunks, so a
+stock answer keeps the last chunk's rows only (`stock_append_prefill_hidden_states`). With
+$SPECDRAFT_SGLANG_CAPTURE set, the stub answers like a plugin-equipped SGLang: the handoff goes
+through the plugin's own AROUND hook (`specdraft_sglang_plugin.feature_store`), which writes
+into the run's store, and a request it fails answers the HTTP status of its FINISH_ABORT.
+
 Its command line follows the capture interface named by `SPECDRAFT_SGLANG_STUB_INTERFACE`
 ("0.5.23", the default, or "aux-capture") and refuses what that SGLang refuses
 (`check_capture_args`, compared with the real parser in tests/trainer/test_sglang_real_parser.py);
@@ -26,12 +35,18 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from specdraft.trainer.disagg.capture.target import CaptureTarget, load_capture_target
 from specdraft.trainer.runtime.http_json import JsonServer, JsonService
+
+# The plugin's source tree: the stub runs it in place of an installed copy.
+sys.path.insert(
+    0, os.path.join(os.path.dirname(__file__), "..", "..", "packages", "sglang-plugin", "src")
+)
 
 STUB_VERSION = "specdraft-sglang-stub"
 INTERFACE_ENV = "SPECDRAFT_SGLANG_STUB_INTERFACE"
@@ -63,6 +78,72 @@ else:
         return_aux_hidden_state_layer_ids: list[int] | None = None
 
 
+class StubReq:
+    """The fields of SGLang 0.5.23's `Req` that the prefill hand-off reads and writes."""
+
+    def __init__(self, rid: str, input_ids: list[int], return_hidden_states: bool) -> None:
+        self.rid = rid
+        self.origin_input_ids = list(input_ids)
+        self.return_hidden_states = return_hidden_states
+        self.hidden_states: list[Any] = []
+        self.inflight_middle_chunks = 0
+        self.is_retracted = False
+        self.to_finish: Any = None
+
+    def finished(self) -> bool:
+        """Whether the request has a finish reason (never, before its one token)."""
+        return False
+
+
+class StubAbort:
+    """SGLang's FINISH_ABORT(message, status_code): the answer of a failed request."""
+
+    def __init__(self, message: str, status_code: int) -> None:
+        self.message = message
+        self.status_code = status_code
+
+
+FULL_CAPTURE = SimpleNamespace(is_full=lambda: True, is_last=lambda: False)
+
+
+def stock_append_prefill_hidden_states(
+    _processor: Any,
+    *,
+    req: Any,
+    logits_output: Any,
+    hidden_state_offset: int,
+    capture_hidden_mode: Any,
+    extend_input_len: int,
+    store: bool = True,
+) -> int:
+    """What stock SGLang 0.5.23 does with one chunk's rows under full capture: a committed
+    chunk of a request that asked for them is appended as a list of lists; the next offset."""
+    end = hidden_state_offset + extend_input_len
+    if store and req.return_hidden_states:
+        rows = logits_output.hidden_states[hidden_state_offset:end]
+        req.hidden_states.append(rows.cpu().clone().tolist())
+    return end
+
+
+def prefill_handoff() -> Any:
+    """The hand-off as this process has it: stock, or through the plugin's hook when it is
+    configured ($SPECDRAFT_SGLANG_CAPTURE)."""
+    path = os.environ.get("SPECDRAFT_SGLANG_CAPTURE")
+    if not path:
+        return stock_append_prefill_hidden_states
+    from specdraft_sglang_plugin import feature_store
+
+    feature_store.enable(path)
+    feature_store.finish_abort = StubAbort  # SGLang's own needs its scheduler modules
+
+    def hooked(processor: Any, **kwargs: Any) -> int:
+        return feature_store.capture_prefill_rows(
+            stock_append_prefill_hidden_states, processor, **kwargs
+        )
+
+    return hooked
+
+
 class SGLangStub(JsonService):
     """The stub server around one target; `start()` serves on a background thread."""
 
@@ -75,9 +156,13 @@ class SGLangStub(JsonService):
         aux_capture: bool = True,
         speculative_algorithm: str | None = "DFLASH",
         final_state: bool = False,
+        chunk_size: int = -1,
+        handoff: Any = stock_append_prefill_hidden_states,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
+        self.chunk_size = chunk_size
+        self.handoff = handoff
         self.target = target
         self.model_path = model_path
         self.return_hidden_states = return_hidden_states
@@ -156,8 +241,30 @@ class SGLangStub(JsonService):
                 rows = torch.cat([hidden, last], dim=-1)
             else:
                 rows = hidden
-            meta["hidden_states"] = [rows.float().tolist()]
+            req = StubReq(str(meta["id"]), ids, True)
+            self._prefill(req, rows)
+            if req.to_finish is not None:
+                return req.to_finish.status_code, {"error": req.to_finish.message}
+            # The output streamer's cut to finished_len (one generated token).
+            meta["hidden_states"] = req.hidden_states[:1]
         return 200, {"text": "", "output_ids": [next_id], "meta_info": meta}
+
+    def _prefill(self, req: StubReq, rows: torch.Tensor) -> None:
+        """Hand the rows over chunk by chunk, as the scheduler does."""
+        size = len(rows) if self.chunk_size <= 0 else self.chunk_size
+        for start in range(0, len(rows), size):
+            chunk = rows[start : start + size]
+            middle = start + size < len(rows)
+            req.inflight_middle_chunks = 1 if middle else 0
+            self.handoff(
+                None,
+                req=req,
+                logits_output=SimpleNamespace(hidden_states=chunk),
+                hidden_state_offset=0,
+                capture_hidden_mode=FULL_CAPTURE,
+                extend_input_len=len(chunk),
+                store=not middle,
+            )
 
 
 def parse_args(
@@ -176,6 +283,7 @@ def parse_args(
     parser.add_argument("--speculative-draft-model-path", default=None)
     parser.add_argument("--pp-size", type=int, default=1)
     parser.add_argument("--disable-radix-cache", action="store_true")
+    parser.add_argument("--chunked-prefill-size", type=int, default=4)
     if interface == "aux-capture":
         parser.add_argument("--aux-hidden-state-capture", choices=["eagle3", "dflash", "dspark"])
         parser.add_argument("--aux-hidden-state-layer-ids", type=int, nargs="+", default=None)
@@ -267,7 +375,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         return_hidden_states=args.enable_return_hidden_states,
         aux_capture=aux_capture,
         speculative_algorithm=args.speculative_algorithm,
-        final_state=os.environ.get(FINAL_STATE_ENV) == "1",
+        # The plugin always appends the final state after the tapped layers.
+        final_state=os.environ.get(FINAL_STATE_ENV) == "1"
+        or bool(os.environ.get("SPECDRAFT_SGLANG_CAPTURE")),
+        chunk_size=args.chunked_prefill_size,
+        handoff=prefill_handoff(),
         host=args.host,
         port=args.port,
     )

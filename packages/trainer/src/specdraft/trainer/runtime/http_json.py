@@ -42,6 +42,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
+from .atomic import atomic_write
+
 log = logging.getLogger(__name__)
 
 # A route returns (status, JSON body).
@@ -453,6 +455,20 @@ def call_json(
 
     `secret`, when given, is sent as `Authorization: Bearer <secret>` (the run's secret).
     """
+    body = call_bytes(method, url, payload, timeout=timeout, secret=secret)
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise HttpFailure("status", f"{method} {url} answered with non-JSON: {exc}") from None
+
+
+def call_bytes(
+    method: str, url: str, payload: Any = None, *, timeout: float, secret: str | None = None
+) -> bytes:
+    """One request with a JSON body; the raw body of a 2xx answer, else raises HttpFailure
+    (for answers too large to decode the usual way, such as SGLang's hidden states)."""
     data = None if payload is None else json.dumps(payload).encode()
     request = urllib.request.Request(url, data=data, method=method)
     if data is not None:
@@ -475,12 +491,7 @@ def call_json(
         raise HttpFailure("timeout", f"{method} {url} timed out after {timeout:g} s") from None
     except (ConnectionError, http.client.HTTPException, OSError) as exc:
         raise HttpFailure("unavailable", f"{method} {url} failed: {exc}") from None
-    if not body:
-        return None
-    try:
-        return json.loads(body)
-    except ValueError as exc:
-        raise HttpFailure("status", f"{method} {url} answered with non-JSON: {exc}") from None
+    return body
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> str:
@@ -561,17 +572,7 @@ def private_files() -> Iterator[None]:
 
 def write_private(path: str | Path, data: bytes) -> Path:
     """Write `data` atomically to a 0600 file (temporary file, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(path, data, mode=0o600)
 
 
 def run_secret_path(run_dir: str | Path) -> Path:

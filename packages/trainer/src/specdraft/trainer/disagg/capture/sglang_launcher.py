@@ -17,6 +17,7 @@ Two capture interfaces exist (read in SGLang's `server_args` / `arg_groups`):
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -26,9 +27,17 @@ from typing import TYPE_CHECKING
 
 from ...runtime.http_json import HttpFailure, call_json
 from ...runtime.service_process import ServiceError, ServiceProcess
+from ..wire.sglang import (
+    PLUGIN_CONFIG_ENV,
+    PLUGIN_CONFIG_NAME,
+    PluginSettings,
+    write_plugin_settings,
+)
 
 if TYPE_CHECKING:
     from specdraft.config import Config
+
+log = logging.getLogger(__name__)
 
 SGLANG_MODULE = "sglang.launch_server"
 SERVER_ARGS_MODULE = "sglang.srt.server_args"
@@ -36,14 +45,25 @@ INTERFACES = ("0.5.23", "aux-capture")
 
 # --enable-return-hidden-states lets /generate return hidden states at all;
 # --disable-radix-cache makes every prompt prefill in full, so no cached prefix is missing from
-# the returned rows; --chunked-prefill-size -1 prefills each prompt in one chunk: SGLang
-# 0.5.23 appends one hidden-state entry per prefill chunk and then cuts the request's entries
-# to finished_len (= 1 for our one generated token), which would drop every chunk but the first.
-CAPTURE_FLAGS = (
-    "--enable-return-hidden-states",
-    "--disable-radix-cache",
-    "--chunked-prefill-size",
-    "-1",
+# the returned rows.
+CAPTURE_FLAGS = ("--enable-return-hidden-states", "--disable-radix-cache")
+# Only without the specdraft plugin: stock SGLang 0.5.23 keeps the hidden states of a chunked
+# prefill's LAST chunk only (middle chunks are processed with store=False), so each prompt must
+# prefill in one chunk. The plugin collects every chunk itself and needs no such flag.
+ONE_CHUNK_FLAGS = ("--chunked-prefill-size", "-1")
+PLUGIN_DIST = "specdraft-sglang-plugin"
+
+# The child that says which specdraft plugin is installed next to SGLang and which SGLang it
+# was built for: entry points and versions only, nothing of SGLang is imported.
+_PLUGIN_PROBE = (
+    "import json\n"
+    "from importlib.metadata import entry_points, version\n"
+    "out = None\n"
+    "for ep in entry_points(group='sglang.srt.plugins'):\n"
+    f"    if ep.dist is not None and ep.dist.name == {PLUGIN_DIST!r}:\n"
+    "        import specdraft_sglang_plugin as plugin\n"
+    "        out = [ep.dist.version, plugin.BUILT_FOR_SGLANG, version('sglang')]\n"
+    "print(json.dumps(out))\n"
 )
 
 # The child that reads the installed SGLang's ServerArgs field names: a msgspec Struct in
@@ -156,6 +176,69 @@ def resolve_interface(
     return detect_sglang_interface(python, server_args_module=server_args_module, env=env)
 
 
+def plugin_version(python: str | None = None, *, timeout: float = 60.0) -> str | None:
+    """The version of the specdraft SGLang plugin installed for `python` if it was built for
+    the SGLang installed there (else it refuses to load and the JSON path is used), or None."""
+    try:
+        done = subprocess.run(
+            [python or sys.executable, "-c", _PLUGIN_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        found = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+    if not isinstance(found, list) or len(found) != 3:
+        return None
+    ours, built_for, installed = found
+    if built_for != installed:
+        log.warning(
+            "%s %s was built for SGLang %s, but SGLang %s is installed: it will refuse to load, "
+            "and capture takes the slow JSON path; install the plugin built for SGLang %s",
+            PLUGIN_DIST,
+            ours,
+            built_for,
+            installed,
+            installed,
+        )
+        return None
+    return str(ours)
+
+
+def plugin_settings(cfg: Config, secret: str) -> PluginSettings:
+    """What the plugin inside a managed SGLang server needs to write this run's features."""
+    from ..wire.capture import capture_spec, target_hidden_size
+
+    model, dis = cfg.model, cfg.deployment.disaggregated
+    spec = capture_spec(
+        model.target_layer_ids, target_hidden_size(model.target), algorithm=model.algorithm
+    )
+    return PluginSettings(
+        run_id=cfg.run_id,
+        secret=secret,
+        layer_ids=spec.layer_ids,
+        hidden_size=spec.hidden_size,
+        with_last_hidden=spec.with_last_hidden,
+        dtype="bfloat16",
+        store=dis.store,
+        run_dir=str(Path(cfg.output_dir).resolve()),
+        mooncake=dis.mooncake.model_dump(),
+        store_timeout_s=dis.store_timeout_s,
+    )
+
+
+def plugin_environment(cfg: Config, secret: str) -> dict[str, str]:
+    """Write `<output_dir>/disagg/sglang-capture.json` (0600: it holds the secret) and return
+    the environment that hands it to the plugin inside SGLang."""
+    from ...runtime.http_json import private_dir
+
+    folder = private_dir(Path(cfg.output_dir) / "disagg")
+    path = write_plugin_settings(folder / PLUGIN_CONFIG_NAME, plugin_settings(cfg, secret))
+    return {PLUGIN_CONFIG_ENV: str(path)}
+
+
 def sglang_command(
     cfg: Config,
     *,
@@ -164,14 +247,19 @@ def sglang_command(
     python: str | None = None,
     interface: str | None = None,
     extra_args: Sequence[str] = (),
+    plugin: bool | None = None,
 ) -> list[str]:
     """`python -m sglang.launch_server --model-path … --host 127.0.0.1 --port …`, the capture
     flags of `interface` (default: resolved from the config / the installed SGLang), then
-    `deployment.disaggregated.sglang_args`, then `extra_args`."""
+    `deployment.disaggregated.sglang_args`, then `extra_args`. `plugin` says whether the
+    specdraft plugin runs in the server (default: whether it is installed for `python`);
+    without it each prompt is prefilled in one chunk."""
     if interface is None:
         interface = resolve_interface(
             cfg, python=python, server_args_module=server_args_module_of(module)
         )
+    if plugin is None:
+        plugin = plugin_version(python) is not None
     return [
         python or sys.executable,
         "-m",
@@ -183,6 +271,7 @@ def sglang_command(
         "--port",
         str(port),
         *CAPTURE_FLAGS,
+        *(() if plugin else ONE_CHUNK_FLAGS),
         *capture_args(cfg.model.algorithm, cfg.model.target_layer_ids, interface),
         *cfg.deployment.disaggregated.sglang_args,
         *extra_args,
@@ -205,8 +294,16 @@ class ManagedSGLang:
         log_path: Path,
         module: str = SGLANG_MODULE,
         extra_args: Sequence[str] = (),
+        secret: str | None = None,
+        plugin: bool | None = None,
     ) -> None:
-        self.command = sglang_command(cfg, port=port, module=module, extra_args=extra_args)
+        if plugin is None:
+            plugin = plugin_version() is not None
+        # With the run's secret the plugin gets its settings and writes the features itself.
+        self.env = plugin_environment(cfg, secret) if plugin and secret else {}
+        self.command = sglang_command(
+            cfg, port=port, module=module, extra_args=extra_args, plugin=bool(self.env)
+        )
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = Path(log_path)
         self.health_timeout_s = cfg.deployment.disaggregated.health_timeout_s
@@ -215,7 +312,9 @@ class ManagedSGLang:
 
     def start(self) -> ManagedSGLang:
         """Start the server and wait until GET /health answers; ServiceError with the log tail."""
-        self.process = ServiceProcess("SGLang capture server", self.command, self.log_path)
+        self.process = ServiceProcess(
+            "SGLang capture server", self.command, self.log_path, env=self.env
+        )
         try:
             self.process.wait_ready(
                 self.healthy, timeout=self.health_timeout_s, what=f"healthy at {self.url}"

@@ -229,7 +229,7 @@ def start_capture_servers(
     urls = []
     for index in range(dis.num_capture_servers):
         if dis.capture == "sglang":
-            spec, url = sglang_service(config, index)
+            spec, url = sglang_service(config, index, secret=(env or {}).get(SECRET_ENV))
         else:
             spec, url = capture_service(config_path, overrides, index, env=env)
         supervisor.start(spec)
@@ -237,9 +237,14 @@ def start_capture_servers(
     return urls
 
 
-def sglang_service(config: Config, index: int) -> tuple[ServiceSpec, str]:
-    """A real SGLang server (python -m sglang.launch_server ...) as a supervised service."""
-    from ..capture.sglang_launcher import sglang_command
+def sglang_service(
+    config: Config, index: int, *, secret: str | None = None
+) -> tuple[ServiceSpec, str]:
+    """A real SGLang server (python -m sglang.launch_server ...) as a supervised service; with
+    the specdraft plugin installed and the run's secret, the plugin writes the features."""
+    from ..capture.sglang_launcher import plugin_environment, plugin_version, sglang_command
+
+    plugin_env = plugin_environment(config, secret) if secret and plugin_version() else {}
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -253,6 +258,9 @@ def sglang_service(config: Config, index: int) -> tuple[ServiceSpec, str]:
         return True
 
     spec = ServiceSpec(
-        name=f"sglang{index}", argv=sglang_command(config, port=port), health=answers
+        name=f"sglang{index}",
+        argv=sglang_command(config, port=port, plugin=bool(plugin_env)),
+        health=answers,
+        env=plugin_env or None,
     )
     return spec, url

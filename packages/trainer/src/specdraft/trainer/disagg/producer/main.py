@@ -125,7 +125,8 @@ def capture_clients(
     cfg: Config, urls: Sequence[str], store: Any, *, secret: str | None = None
 ) -> list[Any]:
     """One capture client per URL, of the kind deployment.disaggregated.capture names; the
-    embedded ones send the run's `secret` (SGLang speaks its own, unauthenticated API)."""
+    embedded ones send the run's `secret`; SGLang's API is unauthenticated, so the SGLang
+    clients tag their request ids with it instead (`wire.sglang`)."""
     from ..capture.client import HttpCaptureClient
     from ..wire.capture import capture_spec, target_hidden_size
 
@@ -141,12 +142,15 @@ def capture_clients(
         from ..capture.sglang_client import SGLangCaptureClient
         from ..wire.capture import CaptureError
 
-        clients = [SGLangCaptureClient(url, spec, store) for url in urls]
+        # The secret tags each request id: the plugin writes only tagged requests of this run.
+        clients = [SGLangCaptureClient(url, spec, store, secret=secret) for url in urls]
         # Before any window is planned: a server that cannot give what the draft needs (for
         # DSpark, the final hidden state) stops the run here, with the fix named.
         for client in clients:
             try:
-                client.verify_server(timeout=cfg.deployment.disaggregated.capture_timeout_s)
+                client.verify_server(
+                    timeout=cfg.deployment.disaggregated.capture_timeout_s, run=cfg.run_id
+                )
             except CaptureError as exc:
                 raise ProducerSetupError(str(exc)) from None
         return clients

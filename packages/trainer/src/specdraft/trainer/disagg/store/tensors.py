@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -32,8 +32,13 @@ def tensors_to_store(
     request: CaptureRequest,
     spec: CaptureSpec,
     tensors: Mapping[str, torch.Tensor],
+    *,
+    names: Sequence[str] | None = None,
 ) -> CaptureReply:
     """Write a sample's tensors as raw bytes, then return the reply that describes them.
+
+    `names` limits the write to some of the spec's tensors (the SGLang plugin writes the
+    features, the SGLang client the token rows); the reply then lists only those.
 
     The shapes are checked before anything is written; if a write fails, what was written is
     removed again so a failed attempt leaves nothing resident, and the error propagates (the
@@ -42,6 +47,8 @@ def tensors_to_store(
     seq_len = len(request.input_ids)
     metas = []
     for name in spec.tensor_names():
+        if names is not None and name not in names:
+            continue
         if name not in tensors:
             raise ProtocolError(f"sample {request.sample_id}: tensor {name!r} was not computed")
         tensor = tensors[name]
