@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -10,6 +11,11 @@ from typing import Any, NoReturn
 import click
 
 from .common import CONFIG_ERROR_EXIT, config_argument, load_or_exit, overrides_option
+
+# Kept here, not imported from the trainer: `--help` never pays for torch
+# (specdraft.trainer.train.preempt has the same values; a test checks they agree).
+STOPPED_EXIT = 75
+DEFAULT_STOP_TIMEOUT = 120.0
 
 
 @click.command("train")
@@ -65,6 +71,21 @@ from .common import CONFIG_ERROR_EXIT, config_argument, load_or_exit, overrides_
     default=None,
     help="Rendezvous port (default: a free port on one node, 29500 on several).",
 )
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Start a new run in an output_dir that holds one: its checkpoints and metrics are moved "
+    "into output_dir/replaced-<time>/ first (nothing is deleted).",
+)
+@click.option(
+    "--stop-timeout",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_STOP_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="After SIGTERM / Ctrl-C: the most seconds the step in progress plus the checkpoint may "
+    "take before the ranks exit without saving (0: no limit). Set it below your cluster's grace.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bars (logs only).")
 def train(
     config_path: str,
@@ -77,6 +98,8 @@ def train(
     node_rank: int,
     master_addr: str,
     master_port: int | None,
+    overwrite: bool,
+    stop_timeout: float,
     no_progress: bool,
 ) -> None:
     """Train a DFlash2 or DSpark drafter as CONFIG describes.
@@ -86,15 +109,28 @@ def train(
     group, otherwise it starts the ranks itself (gloo on CPU, NCCL on CUDA). A bad config never
     starts a run; a crashed run resumes with --resume latest. With deployment.mode =
     "disaggregated" it trains on features captured online (see docs/disaggregated.md).
+
+    \b
+    One run per output_dir: a second `specdraft train` on a folder in use is refused (naming
+    the holder), and a new run into a folder that holds checkpoints or metrics needs
+    --resume latest or --overwrite.
+    \b
+    Preemption: on SIGTERM or Ctrl-C (to this process, or to every rank, as schedulers and
+    torchrun send it) every rank finishes its optimizer step, they save one checkpoint
+    together and the run exits with status 75 (stopped, resumable: --resume latest continues
+    exactly as if it had not stopped). That takes at most one step plus one save, and never
+    more than --stop-timeout seconds (default 120); a second signal, or that deadline, stops
+    at once without saving (status 128 + signal). Other statuses: 0 done, 1 a rank failed
+    (or two checkpoint saves in a row failed, e.g. a full disk), 2 a usage or config error.
     """
     config = load_or_exit(config_path, overrides)
     allowed = check_resume_options(config, resume, allow_changed)
     # Heavy imports only now: `--help` and `lint` never pay for torch.
-    from specdraft.trainer.launch import LaunchPlan, RankFailed, launch
+    from specdraft.trainer.launch import LaunchPlan
+    from specdraft.trainer.train.preempt import STOP_TIMEOUT_ENV
     from specdraft.trainer.train.run import (
         dry_run_plan,
         launch_environment_defaults,
-        rank_main,
         runtime_check_errors,
         target_check_errors,
     )
@@ -129,6 +165,59 @@ def train(
             click.echo(line)
         return
     launch_environment_defaults()
+    os.environ[STOP_TIMEOUT_ENV] = str(stop_timeout)
+    with run_folder_lock(config, resume, overwrite):
+        summary = run_ranks(config, config_path, overrides, resume, plan, no_progress, allowed)
+    report_outcome(summary)
+
+
+def run_folder_lock(config: Any, resume: str | None, overwrite: bool) -> Any:
+    """Hold output_dir for this run (rank 0 of torchrun, or the launcher); refuse a busy folder
+    or a fresh run into a used one (exit 2)."""
+    import contextlib
+
+    from specdraft.trainer.launch import under_torchrun
+    from specdraft.trainer.train.run_folder import (
+        RunFolderError,
+        fresh_run_refusal,
+        hold_run_folder,
+        move_run_aside,
+    )
+
+    if under_torchrun() and os.environ.get("RANK") != "0":
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    try:
+        stack.enter_context(hold_run_folder(config.output_dir))
+    except RunFolderError as exc:
+        usage_exit(str(exc))
+    resuming = resume is not None or config.training.resume_from is not None
+    refusal = None if resuming else fresh_run_refusal(config.output_dir)
+    if refusal and not overwrite:
+        stack.close()
+        usage_exit(refusal)
+    if refusal and overwrite:
+        managed = (
+            config.deployment.mode == "disaggregated" and config.deployment.disaggregated.managed
+        )
+        moved = move_run_aside(config.output_dir, ("disagg", "logs") if managed else ())
+        click.echo(f"--overwrite: the previous run's files are now in {moved}", err=True)
+    return stack
+
+
+def run_ranks(
+    config: Any,
+    config_path: str,
+    overrides: tuple[str, ...],
+    resume: str | None,
+    plan: Any,
+    no_progress: bool,
+    allowed: tuple[str, ...],
+) -> dict | None:
+    """Run the ranks (local, disaggregated, or a managed disaggregated run); rank 0's summary."""
+    from specdraft.trainer.launch import RankFailed, StoppedAtOnce, launch
+    from specdraft.trainer.train.run import rank_main
+
     try:
         if config.deployment.mode == "disaggregated" and config.deployment.disaggregated.managed:
             from specdraft.trainer.disagg.managed.run import run_managed
@@ -143,12 +232,36 @@ def train(
                 from specdraft.trainer.disagg.consumer import rank_main as entry
             args = (config_path, list(overrides), resume, not no_progress, allowed)
             summary = launch(plan, entry, *args)
+    except StoppedAtOnce as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
     except RankFailed as exc:
         raise click.ClickException(str(exc)) from None
-    if summary:
-        click.echo(json.dumps(summary, indent=2))
-        for line in summary_lines(summary):
-            click.echo(line)
+    return summary
+
+
+def report_outcome(summary: dict | None) -> None:
+    """Print rank 0's summary and exit with the status --help documents."""
+    from specdraft.trainer.train.run import USER_ERROR
+
+    if not summary:
+        return
+    if USER_ERROR in summary:
+        usage_exit(summary[USER_ERROR])
+    click.echo(json.dumps(summary, indent=2))
+    for line in summary_lines(summary):
+        click.echo(line)
+    stopped = summary.get("stopped")
+    if stopped == "signal":
+        click.echo(
+            f"{summary.get('stop_message')} at step {summary.get('final_step')}: checkpoint "
+            f"{summary.get('checkpoint')}; continue with --resume latest",
+            err=True,
+        )
+        sys.exit(STOPPED_EXIT)
+    if stopped:
+        click.echo(f"Error: {summary.get('stop_message')}", err=True)
+        sys.exit(1)
 
 
 def usage_exit(message: str) -> NoReturn:

@@ -427,6 +427,16 @@ class TrainingConfig(_Section):
         "activation checkpointing (bounds the logits memory).",
     )
     save_interval: PositiveInt = Field(500, description="Optimizer steps between checkpoints.")
+    keep_last_checkpoints: PositiveInt | None = Field(
+        None,
+        description="Keep only the newest N checkpoints: older ones are removed after each "
+        "successful save (never the one the run resumed from). Unset: keep every checkpoint.",
+    )
+    keep_every_n_steps: PositiveInt | None = Field(
+        None,
+        description="With keep_last_checkpoints: also keep every checkpoint whose step is a "
+        "multiple of this (milestones for later evaluation).",
+    )
     log_interval: PositiveInt = Field(10, description="Optimizer steps between metric lines.")
     eval_interval: NonNegInt = Field(
         0, description="Optimizer steps between evaluations (0 = only at the end)."

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .runtime.atomic import atomic_write
+
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 _CHUNK = 1 << 20
@@ -51,10 +53,8 @@ def write_manifest(folder: Path, known: dict[str, str] | None = None) -> Path:
     """
     known = known or {}
     files = {name: known.get(name) or sha256_file(folder / name) for name in files_under(folder)}
-    tmp = folder / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps({"version": MANIFEST_VERSION, "sha256": files}, indent=1))
-    tmp.replace(folder / MANIFEST)
-    return folder / MANIFEST
+    payload = json.dumps({"version": MANIFEST_VERSION, "sha256": files}, indent=1)
+    return atomic_write(folder / MANIFEST, payload)
 
 
 def read_manifest(folder: Path) -> dict[str, str]:

@@ -14,9 +14,12 @@ would listen on every interface, where anyone could set its keys.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
+import signal
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +49,17 @@ class LaunchPlan:
 
 class RankFailed(RuntimeError):
     """A trainer rank raised; the message carries the failing rank's traceback."""
+
+
+class StoppedAtOnce(RankFailed):
+    """A second stop signal (or the stop deadline) ended the ranks without a checkpoint."""
+
+    def __init__(self, signum: int) -> None:
+        self.exit_code = 128 + signum
+        super().__init__(
+            f"stopped at once by a second {signal.Signals(signum).name}: nothing was saved since "
+            "the last checkpoint (resume with --resume latest)"
+        )
 
 
 def under_torchrun() -> bool:
@@ -85,12 +99,94 @@ def launch(plan: LaunchPlan, entrypoint: Callable[..., Any], *args: Any) -> Any:
         max_restarts=0,  # a failed rank fails the run; resume from the last checkpoint instead
         monitor_interval=0.5,
         start_method="spawn",
+        # Stop signals are ours, not the agent's: it would raise SignalException (a traceback)
+        # and kill the ranks before they save. The launcher forwards them (_StopForwarder).
+        signals_to_handle="SIGHUP,SIGQUIT",
     )
+    forwarder = _StopForwarder()
     try:
-        results = elastic_launch(config, _recorded(entrypoint))(*args)
+        with forwarder:
+            results = elastic_launch(config, _recorded(entrypoint))(*args)
     except ChildFailedError as exc:
+        if forwarder.hard_signal is not None:
+            raise StoppedAtOnce(forwarder.hard_signal) from None
         raise RankFailed(_describe_failure(exc)) from None
     return results.get(0) if isinstance(results, dict) else results
+
+
+class _StopForwarder:
+    """In the launcher: the first SIGTERM / SIGINT asks every rank to stop at the next optimizer
+    step (SIGUSR1), a second one stops them at once (SIGUSR2); see train/preempt.py.
+
+    The ranks inherit SIGUSR1 / SIGUSR2 ignored, so a request that lands while a rank still
+    imports cannot kill it; the request is sent again every second until the ranks are done, so
+    it reaches a rank as soon as its handler is in place.
+    """
+
+    RESEND_S = 1.0
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.hard_signal: int | None = None
+        self.previous: dict[int, Any] = {}
+        self.forwarded: int | None = None
+        self.done = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def __enter__(self) -> _StopForwarder:
+        for sig in (signal.SIGUSR1, signal.SIGUSR2):
+            self.previous[sig] = signal.signal(sig, signal.SIG_IGN)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count >= 2:
+            self.hard_signal = signum
+        self.forwarded = signal.SIGUSR1 if self.count == 1 else signal.SIGUSR2
+        self._send()
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._resend, name="stop-forward", daemon=True)
+            self.thread.start()
+
+    def _send(self) -> None:
+        for pid in rank_pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, self.forwarded or signal.SIGUSR1)
+
+    def _resend(self) -> None:
+        while not self.done.wait(self.RESEND_S):
+            self._send()
+
+
+def rank_pids(parent: int | None = None) -> list[int]:
+    """The trainer ranks the elastic agent of this process started (its spawned children)."""
+    parent = os.getpid() if parent is None else parent
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            if int(fields[1]) != parent:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                command = handle.read()
+        except (OSError, IndexError, ValueError):
+            continue
+        # Multiprocessing's resource tracker is a child too; only spawned workers are ranks.
+        if b"spawn_main" in command:
+            pids.append(int(entry))
+    return pids
 
 
 def rendezvous_host(plan: LaunchPlan) -> str:

@@ -24,6 +24,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from ..integrity import CorruptFile, sha256_file
+from ..runtime.atomic import atomic_path, atomic_write
 from .meta import FeatureMismatch, check_feature_meta
 
 log = logging.getLogger(__name__)
@@ -56,9 +57,7 @@ def read_index(folder: Path) -> dict[str, Any] | None:
 
 def write_index(folder: Path, index: dict[str, Any]) -> None:
     """Rewrite the index atomically (tmp + rename)."""
-    tmp = folder / f".{INDEX}.tmp"
-    tmp.write_text(json.dumps(index, indent=1, sort_keys=True))
-    tmp.replace(folder / INDEX)
+    atomic_write(folder / INDEX, json.dumps(index, indent=1, sort_keys=True))
 
 
 def write_shard(
@@ -73,10 +72,9 @@ def write_shard(
         for name, value in sample.items():
             tensors[f"{k}.{name}"] = value.detach().to("cpu").contiguous()
     name = shard_name(index)
-    tmp = folder / f".{name}.tmp"
-    save_file(tensors, str(tmp), metadata={"num_samples": str(len(samples))})
-    digest = sha256_file(tmp)
-    tmp.replace(folder / name)
+    with atomic_path(folder / name) as tmp:
+        save_file(tensors, str(tmp), metadata={"num_samples": str(len(samples))})
+        digest = sha256_file(tmp)
     return ShardRecord(name, len(samples), lengths, digest)
 
 

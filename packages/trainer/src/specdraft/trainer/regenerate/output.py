@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..runtime.atomic import atomic_write
+
 SETTINGS_SUFFIX = ".regenerate.json"
 
 
@@ -63,9 +65,7 @@ class RegeneratedFile:
                 f"{self.path} exists but has no {meta.name}: it was not written by "
                 "`specdraft regenerate`; choose a new --out file"
             )
-        tmp = meta.with_name(meta.name + ".tmp")
-        tmp.write_text(json.dumps(self.settings, indent=1, sort_keys=True), encoding="utf-8")
-        tmp.replace(meta)
+        atomic_write(meta, json.dumps(self.settings, indent=1, sort_keys=True))
 
     def _done_keys(self) -> set[tuple[str, int]]:
         data = self.path.read_bytes()

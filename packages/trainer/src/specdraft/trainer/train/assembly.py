@@ -22,6 +22,7 @@ from specdraft.config import Config, ShapePolicy
 from ..backends import BackendOptions, backend_options_from_config, prepare
 from ..runtime import DistContext, barrier
 from ..runtime.http_json import run_folder
+from .checkpoint_policy import CheckpointPolicy
 from .metrics import MetricsWriter
 from .resume import resume_trainer
 from .schedule import build_scheduler
@@ -219,6 +220,9 @@ def build_trainer(
         ctx=ctx,
         output=output,
         evaluator=evaluator,
+        checkpoints=CheckpointPolicy(
+            keep_last=training.keep_last_checkpoints, keep_every=training.keep_every_n_steps
+        ),
     )
     # Checks what it resumes (checksums, settings, data order), applies a changed learning rate.
     resume_trainer(

@@ -55,7 +55,14 @@ from ..integrity import (
     write_manifest,
 )
 from ..runtime import DistContext, barrier
+from ..runtime.atomic import fsync_dir, fsync_file
 from .safe_dcp import SafeFileSystemReader, SafeLoadPlanner, read_dcp_metadata
+from .save_errors import (
+    CheckpointSaveFailed,
+    agree_on_failure,
+    folder_bytes,
+    save_failed_message,
+)
 
 STEP_PREFIX = "step-"
 TMP_PREFIX = ".tmp-"
@@ -300,46 +307,103 @@ def save_checkpoint(
     ctx: DistContext,
     draft_config: PretrainedConfig | None = None,
 ) -> Path:
-    """Write the checkpoint of optimizer step `step` atomically; return its folder."""
+    """Write the checkpoint of optimizer step `step` atomically; return its folder.
+
+    A write that fails on any rank (a full disk, an I/O error) raises `CheckpointSaveFailed` on
+    every rank, after the partial folder is removed; the ranks agree after each phase, so none
+    waits in a collective for a rank that failed.
+    """
     root = checkpoint_root(output_dir)
     final = root / step_dir_name(step)
     tmp = root / f"{TMP_PREFIX}{step_dir_name(step)}"
-    if ctx.is_main:
-        if tmp.exists():  # leftover of a crash during an earlier save of this step
-            shutil.rmtree(tmp)
-        (tmp / "rng").mkdir(parents=True)
-    barrier()
 
-    weights = full_model_state(model, ctx)
-    if ctx.is_main:
-        cpu = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
-        save_file(cpu, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        if draft_config is not None:
-            (tmp / "config.json").write_text(draft_config.to_json_string())
-    del weights
+    def phase(work: Any) -> Any:
+        error: BaseException | None = None
+        result = None
+        try:
+            result = work()
+        except Exception as exc:  # any rank's failure is every rank's: see agree_on_failure
+            error = exc
+        failed = agree_on_failure(error, tmp, ctx)
+        if failed is not None:
+            if ctx.is_main:
+                shutil.rmtree(tmp, ignore_errors=True)
+            needed = checkpoint_bytes_needed(root, model, ctx)
+            raise CheckpointSaveFailed(step, save_failed_message(step, failed, tmp, needed))
+        return result
 
-    dcp.save(
-        {
-            "model": get_model_state_dict(model),
-            "optim": get_optimizer_state_dict(model, optimizer),
-        },
-        checkpoint_id=str(tmp / "dcp"),
-    )
-    save_rng_state(rng_file(tmp, ctx.rank))
-    barrier()
+    def start() -> None:
+        if ctx.is_main:
+            if tmp.exists():  # leftover of a crash during an earlier save of this step
+                shutil.rmtree(tmp)
+            (tmp / "rng").mkdir(parents=True)
+
+    def weights() -> None:
+        full = full_model_state(model, ctx)  # a collective, on every rank
+        if ctx.is_main:
+            cpu = {k: v.detach().to("cpu").contiguous() for k, v in full.items()}
+            write_checkpoint_file(tmp / "model.safetensors", cpu)
+            if draft_config is not None:
+                (tmp / "config.json").write_text(draft_config.to_json_string())
+
+    def shards() -> None:
+        # DCP gathers every rank's write result: a failed write raises on every rank alike.
+        dcp.save(
+            {
+                "model": get_model_state_dict(model),
+                "optim": get_optimizer_state_dict(model, optimizer),
+            },
+            checkpoint_id=str(tmp / "dcp"),
+        )
+        save_rng_state(rng_file(tmp, ctx.rank))
+        sync_folder_files(tmp, ctx)
+
+    def publish(digests: dict[str, str]) -> None:
+        if ctx.is_main:
+            payload = dict(state, step=step, world_size=ctx.world_size)
+            (tmp / "trainer_state.json").write_text(json.dumps(payload, indent=2, sort_keys=True))
+            # Last, over every rank's files: the manifest is published by the same rename.
+            write_manifest(tmp, digests)
+            fsync_file(tmp / "trainer_state.json")
+            fsync_dir(tmp)
+            if final.exists():
+                trash = root / f"{TMP_PREFIX}old-{step_dir_name(step)}"
+                final.rename(trash)
+                shutil.rmtree(trash)
+            tmp.rename(final)
+            fsync_dir(root)
+
+    phase(start)
+    phase(weights)
+    phase(shards)
     digests = _hash_shared(tmp, ctx)
-    if ctx.is_main:
-        payload = dict(state, step=step, world_size=ctx.world_size)
-        (tmp / "trainer_state.json").write_text(json.dumps(payload, indent=2, sort_keys=True))
-        # Last, over every rank's files: the manifest is published by the same rename.
-        write_manifest(tmp, digests)
-        if final.exists():
-            trash = root / f"{TMP_PREFIX}old-{step_dir_name(step)}"
-            final.rename(trash)
-            shutil.rmtree(trash)
-        tmp.rename(final)
-    barrier()
+    phase(lambda: publish(digests))
     return final
+
+
+def write_checkpoint_file(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Write one safetensors file of a checkpoint (the seam a full-disk test breaks)."""
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+def sync_folder_files(folder: Path, ctx: DistContext) -> None:
+    """fsync this rank's share of the files of a checkpoint folder and its sub-folders."""
+    names = files_under(folder)
+    for name in names[ctx.rank :: ctx.world_size]:
+        fsync_file(folder / name)
+    if ctx.is_main:
+        for sub in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
+            fsync_dir(sub)
+
+
+def checkpoint_bytes_needed(root: Path, model: nn.Module, ctx: DistContext) -> int:
+    """What one checkpoint takes: the newest one's size, else 16 bytes per parameter (fp32
+    weights twice, two AdamW moments)."""
+    latest = find_latest(root.parent)
+    if latest is not None:
+        return folder_bytes(latest)
+    local = sum(p.numel() for p in model.parameters())
+    return 16 * local * max(1, ctx.world_size)
 
 
 def _hash_shared(folder: Path, ctx: DistContext) -> dict[str, str]:

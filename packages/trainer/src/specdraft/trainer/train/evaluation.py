@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from specdraft.collate import resolve_static_length
 
 from ..runtime import DistContext, all_reduce_sum
+from ..runtime.atomic import atomic_path
 
 # predict(input_ids [1,S], hidden_states [1,S,F], anchors [1,N], keep [1,N]) -> [1, N, bs-1]
 PredictFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -247,9 +248,8 @@ def save_eval_records(records: Sequence[EvalRecord], path: Path) -> None:
         tensors[f"{i}.prompt_len"] = torch.tensor([record.prompt_len])
         tensors[f"{i}.prompt_cut"] = torch.tensor([record.prompt_cut])
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    save_file(tensors, str(tmp))
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp))
 
 
 def load_eval_records(path: Path) -> list[EvalRecord]:

@@ -54,6 +54,10 @@ def resume_trainer(
         allow_changed=allowed,
     )
     trainer.restore(loaded)
+    # Never pruned by this run, and not saved again if the run has no step left.
+    trainer.checkpoints.protected = checkpoint
+    trainer.checkpoints.saved_step = trainer.step
+    trainer.checkpoints.last_saved = checkpoint
     for change in loaded.changes:
         if ctx.is_main:
             log.warning("resuming with a changed data order (--allow-changed): %s", change)

@@ -46,12 +46,42 @@ def rank_main(
     this package never imports the runtime that imports it.
     """
     from ..runtime.http_json import private_files
+    from .preempt import stop_on_signals, stop_timeout_from_env
 
     # A rank's process is the run: checkpoints (torch's DCP writer), metrics.jsonl and
     # summary.json are written by code that takes the umask's mode, so set a private one here,
     # at the entry point, not at import (library callers keep theirs once this returns).
-    with private_files():
-        return _run_rank(config_path, overrides, resume, progress, allow_changed, build)
+    # SIGTERM / Ctrl-C stop the run at the next optimizer step with a checkpoint (preempt.py).
+    with private_files(), stop_on_signals(stop_timeout_from_env()):
+        try:
+            return _run_rank(config_path, overrides, resume, progress, allow_changed, build)
+        except user_error_types() as exc:
+            # Every rank meets the same refusal (they all check the same files): each returns
+            # it, and `specdraft train` prints it as one error with exit 2, no traceback.
+            return {USER_ERROR: str(exc)}
+
+
+# The summary key of a refusal a user can fix (a resume mismatch, a corrupt checkpoint).
+USER_ERROR = "user_error"
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """Errors a user causes and can fix (bad resume, corrupt or mismatched files, bad data)."""
+    from specdraft.collate.samplers import SamplerStateMismatch
+
+    from ..data.dataset import EmptyCorpusError
+    from ..features.meta import FeatureMismatch
+    from ..integrity import CorruptFile
+    from .checkpoint import CheckpointMismatch, NothingToResume
+
+    return (
+        CheckpointMismatch,
+        CorruptFile,
+        NothingToResume,
+        SamplerStateMismatch,
+        FeatureMismatch,
+        EmptyCorpusError,
+    )
 
 
 def _run_rank(
@@ -83,8 +113,14 @@ def _run_rank(
         result = trainer.fit()
         summary = result.summary()
         if ctx.is_main:
-            path = Path(config.output_dir) / "summary.json"
-            path.write_text(json.dumps(summary, indent=2))
+            from ..runtime.atomic import atomic_write
+
+            try:
+                atomic_write(
+                    Path(config.output_dir) / "summary.json", json.dumps(summary, indent=2)
+                )
+            except OSError as exc:  # the checkpoint holds the run; the summary is a report
+                log.error("summary.json not written: %s", exc)
         trainer.writer.close()
         return summary
     finally:

@@ -35,6 +35,7 @@ from ..models.spec import DraftTrainSpec
 from ..models.target import TargetHead
 from ..runtime import DistContext, all_reduce_sum
 from .checkpoint import LoadedCheckpoint, find_latest, save_checkpoint
+from .checkpoint_policy import CheckpointPolicy
 from .metrics import MetricsWriter, PerfClock, peak_memory_mb
 
 log = logging.getLogger(__name__)
@@ -165,10 +166,15 @@ class FitResult:
     compile_graphs: int
     recompiles_after_warmup: int
     last_checkpoint: Path | None
+    # Why the run ended early: "signal" (preempted, saved) or "save_failed"; None when done.
+    stopped: str | None = None
+    stop_message: str = ""
 
     def summary(self) -> dict[str, Any]:
         """What a run writes to summary.json (`specdraft train` and the benchmark alike)."""
+        stopped = {"stopped": self.stopped, "stop_message": self.stop_message}
         return {
+            **(stopped if self.stopped else {}),
             "final_step": self.final_step,
             "first_loss": self.history[0].loss if self.history else None,
             "last_loss": self.history[-1].loss if self.history else None,
@@ -229,6 +235,7 @@ class Trainer:
         ctx: DistContext,
         output: RunOutput,
         evaluator: Evaluator | None = None,
+        checkpoints: CheckpointPolicy | None = None,
     ) -> None:
         self.backend = backend
         self.head = head
@@ -240,6 +247,8 @@ class Trainer:
         self.ctx = ctx
         self.output = output
         self.evaluator = evaluator
+        # Saves that fail, the retention of old checkpoints, the stop after a signal.
+        self.checkpoints = checkpoints or CheckpointPolicy()
         self.step = 0
         self.epoch = 0
         self.window = 0  # next optimizer window inside the epoch
@@ -292,15 +301,22 @@ class Trainer:
         self._step_start = time.perf_counter()
         while self.step < total and self.epoch < self.settings.num_epochs:
             self.train_epoch(run)
-            if self.step >= total:
+            if self.step >= total or self.checkpoints.stopping:
                 break
             self.epoch += 1
             self.window = 0
         if run.bar is not None:
             run.bar.close()
-        if self.evaluator is not None and (not run.evals or run.evals[-1].get("step") != self.step):
+        stopping = self.checkpoints.stopping
+        if (
+            self.evaluator is not None
+            and not stopping
+            and (not run.evals or run.evals[-1].get("step") != self.step)
+        ):
             run.evals.append(self._run_eval())
-        last_ckpt = self.save()
+        if self.checkpoints.stopped != "save_failed" and self.checkpoints.saved_step != self.step:
+            self.checkpoints.save(self)
+        last_ckpt = self.checkpoints.last_saved
         graphs = compiled_graph_count()
         return FitResult(
             final_step=self.step,
@@ -309,6 +325,8 @@ class Trainer:
             compile_graphs=graphs,
             recompiles_after_warmup=graphs - self.graphs_after_warmup,
             last_checkpoint=last_ckpt,
+            stopped=self.checkpoints.stopped,
+            stop_message=self.checkpoints.stop_message,
         )
 
     def train_epoch(self, run: _FitProgress) -> None:
@@ -328,6 +346,8 @@ class Trainer:
                     loss=f"{record.loss:.4f}", sps=f"{record.metrics['perf/samples_per_s']:.1f}"
                 )
             self._after_step(record, run)
+            if self.checkpoints.stopping:
+                return
 
     def train_step(
         self, window: list[Mapping[str, Any]], spec: DraftTrainSpec, clock: PerfClock
@@ -338,8 +358,13 @@ class Trainer:
             packed, sums, samples = self.forward_backward(window, spec, clock)
             with clock.train_compute():
                 names = sorted(sums)
-                vector = torch.cat([packed] + [sums[k].reshape(-1) for k in names])
+                # The stop flag rides on the step's one all-reduce: every rank sees a signal
+                # any rank got at the same step boundary, for no extra collective.
+                flag = self.checkpoints.stop_flag(packed.device)
+                vector = torch.cat([packed] + [sums[k].reshape(-1) for k in names] + [flag])
                 all_reduce_sum(vector)
+                self.checkpoints.agree_on_stop(float(vector[-1]))
+                vector = vector[:-1]
                 grad_norm = self.optimizer_step(vector[1], vector[0])
         self.source.acknowledge(self.epoch, self.window)
         self.step += 1
@@ -354,10 +379,13 @@ class Trainer:
         settings = self.settings
         if self.step % settings.log_interval == 0 or self.step == run.total:
             self.writer.write(self.step, {"epoch": self.epoch, **record.metrics})
+        if self.checkpoints.stopping:
+            self.checkpoints.save(self)  # preempted: this step's checkpoint, then fit returns
+            return
         if settings.eval_interval and self.step % settings.eval_interval == 0:
             run.evals.append(self._run_eval())
         if self.step % settings.save_interval == 0 and self.step < run.total:
-            self.save()
+            self.checkpoints.save(self)
 
     # ------------------------------------------------------------------ step
 
