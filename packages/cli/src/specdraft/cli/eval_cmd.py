@@ -1,12 +1,19 @@
-"""`specdraft eval CONFIG --checkpoint DIR`: acceptance length tau on held-out prompts."""
+"""`specdraft eval CONFIG --checkpoint DIR [--engine vllm]`: acceptance on held-out prompts."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
 from .common import config_argument, format_option, load_or_exit, overrides_option
+
+
+class EvalUsageError(click.ClickException):
+    """An evaluation the user must fix something for (no vLLM, a refused draft): exit 2."""
+
+    exit_code = 2
 
 
 @click.command("eval")
@@ -17,20 +24,55 @@ from .common import config_argument, format_option, load_or_exit, overrides_opti
     metavar="DIR|init",
     help="A checkpoint folder (checkpoints/step-*), or 'init' for a fresh draft.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["specdraft", "vllm"]),
+    default="specdraft",
+    show_default=True,
+    help="specdraft: its own exact simulation of greedy verification. vllm: export the draft "
+    "for vLLM, serve the same prompts with vLLM (with and without the draft) and print vLLM's "
+    "measured acceptance next to specdraft's estimate.",
+)
+@click.option(
+    "--vllm-python",
+    metavar="PATH",
+    default=None,
+    help="Interpreter with vLLM for --engine vllm (default: build/vllm-venv/bin/python, made "
+    "by scripts/vllm_cpu_venv.sh).",
+)
 @overrides_option
 @format_option("text", "json")
-def eval_(config_path: str, checkpoint: str, overrides: tuple[str, ...], fmt: str) -> None:
+def eval_(
+    config_path: str,
+    checkpoint: str,
+    engine: str,
+    vllm_python: str | None,
+    overrides: tuple[str, ...],
+    fmt: str,
+) -> None:
     """Measure tau: mean tokens per verification step (bonus token included) against the
-    target's greedy decoding of data.eval_paths, and the acceptance rate per block position."""
+    target's greedy decoding of data.eval_paths, and the acceptance rate per block position.
+
+    \b
+    With --engine vllm the acceptance is measured by vLLM serving the draft (method dflash,
+    num_speculative_tokens = block_size - 1; dspark drafts block_size), greedy, from its
+    spec-decode counters: acceptance length = 1 + accepted / drafts. A family the installed
+    vLLM cannot run (its CPU build's V1 runner refuses DFlash2 and DSpark) is reported with
+    vLLM's own reason, after vLLM has accepted the draft config, and exits 1.
+    """
     config = load_or_exit(config_path, overrides)
     if not config.data.eval_paths:
         raise click.ClickException(
             f"{config_path}: data.eval_paths is empty; set it (or --set data.eval_paths=[...])"
         )
-    from specdraft.trainer.train.eval_run import evaluate_checkpoint
     from specdraft.trainer.train.export import ExportError
 
     try:
+        if engine == "vllm":
+            served(config, checkpoint, vllm_python, fmt)
+            return
+        from specdraft.trainer.train.eval_run import evaluate_checkpoint
+
         result = evaluate_checkpoint(config, checkpoint)
     except ExportError as exc:
         # A missing or corrupted checkpoint file: name it, no traceback.
@@ -46,3 +88,66 @@ def eval_(config_path: str, checkpoint: str, overrides: tuple[str, ...], fmt: st
             f"{int(result['capped_prompts'])} held-out prompt(s) cut from the left so prompt + "
             f"generated tokens fit data.max_length ({config.data.max_length})"
         )
+
+
+def served(config: Any, checkpoint: str, vllm_python: str | None, fmt: str) -> None:
+    """`--engine vllm`: vLLM's measured acceptance next to specdraft's estimate."""
+    from pathlib import Path
+
+    from specdraft.trainer.serve.served import served_acceptance
+    from specdraft.trainer.serve.vllm_engine import (
+        VllmChildFailed,
+        VllmUnavailable,
+        default_vllm_python,
+    )
+
+    if checkpoint == "init":
+        raise EvalUsageError("--engine vllm serves a trained checkpoint; give a step-* folder")
+    try:
+        python = Path(vllm_python) if vllm_python else default_vllm_python()
+        result = served_acceptance(config, checkpoint, python=python)
+    except VllmUnavailable as exc:
+        raise EvalUsageError(str(exc)) from None
+    except VllmChildFailed as exc:
+        raise click.ClickException(str(exc)) from None
+    if fmt == "json":
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo("\n".join(served_lines(result)))
+    if result["stage"] != "done":
+        raise SystemExit(1)
+
+
+def served_lines(result: dict[str, Any]) -> list[str]:
+    """The text report of a served evaluation."""
+    draft = result.get("draft") or {}
+    version = result.get("vllm_version")
+    if result["stage"] == "runner":
+        return [
+            f"vLLM {version} accepted the draft config (method {draft.get('method')}, "
+            f"architecture {', '.join(draft.get('architectures') or [])}, target layers "
+            f"{draft.get('aux_hidden_state_layers')} in its aux numbering) but cannot run "
+            f"the {result['family']} family on this build: {result['error']}"
+        ]
+    if result["stage"] != "done":
+        return [f"vLLM {version} refused the {result['family']} draft: {result['error']}"]
+    ours, theirs = result["specdraft"], result["vllm"]
+
+    def rates(values: list[float]) -> str:
+        return " ".join(f"{v:.2f}" for v in values)
+
+    same = "identical" if result["outputs_identical"] else "DIFFERENT"
+    return [
+        f"{result['prompts']} held-out prompts, {result['family']} draft, vLLM {version} "
+        f"(method {draft.get('method')}, {result['num_speculative_tokens']} draft tokens)",
+        f"acceptance length: vLLM {theirs['acceptance_length']:.3f} "
+        f"({int(theirs['drafts'])} drafts), specdraft estimate {ours['acceptance_length']:.3f} "
+        f"({int(ours['steps'])} steps)",
+        f"acceptance per position (given the one before): vLLM "
+        f"{rates(theirs['per_position_given_previous'])}",
+        f"                                          specdraft "
+        f"{rates(ours['per_position_given_previous'])}",
+        f"greedy outputs with and without the draft: {same} "
+        f"({result['identical_outputs']} of {result['prompts']}); vLLM's greedy output equals "
+        f"the HF target's on {result['matches_target_greedy']} of {result['prompts']}",
+    ]

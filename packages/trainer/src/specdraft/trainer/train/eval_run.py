@@ -203,8 +203,11 @@ def build_evaluator(
     )
 
 
-def evaluate_checkpoint(config: Config, checkpoint: str) -> dict[str, Any]:
-    """tau of a checkpoint's draft (or of a fresh draft for 'init') in this one process."""
+def evaluate_checkpoint(
+    config: Config, checkpoint: str, records: list[EvalRecord] | None = None
+) -> dict[str, Any]:
+    """tau of a checkpoint's draft (or of a fresh draft for 'init') in this one process, on
+    `records` (default: the held-out records of the config, made here)."""
     from ..models import DraftTrainSpec, build_draft, load_target_config, load_target_head
     from ..runtime.distributed import pick_device
     from .export import load_checkpoint_draft
@@ -220,7 +223,8 @@ def evaluate_checkpoint(config: Config, checkpoint: str) -> dict[str, Any]:
         model = load_checkpoint_draft(checkpoint, action="evaluate")
     model = model.to(device).eval()
     head = load_target_head(config.model.target, dtype=torch.float32).to(device)
-    records, _ = make_eval_records(config)
+    if records is None:
+        records, _ = make_eval_records(config)
     spec = DraftTrainSpec.from_config(config, device)
     with torch.no_grad():
         return evaluate_acceptance(

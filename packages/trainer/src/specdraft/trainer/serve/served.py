@@ -1,0 +1,105 @@
+"""Served acceptance: the draft exported for vLLM, its held-out prompts run by vLLM itself.
+
+The same held-out prompts as specdraft's own estimate (eval_run.make_eval_records: the target's
+greedy continuations, cut to data.max_length) go to vLLM twice, greedy, with the draft as its
+speculative model and without; vLLM's spec-decode counters give the served acceptance length.
+Both figures are then on the same prompts, and the two vLLM outputs must be identical (greedy
+verification cannot change what the target generates).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from specdraft.config import Config
+
+from .vllm_engine import check_vllm_python, run_vllm_child
+
+# specdraft family -> (vLLM speculative method, draft tokens per step for a block of bs).
+VLLM_METHODS = {
+    "dflash": ("dflash", lambda block: block - 1),
+    "dflash2": ("dflash", lambda block: block - 1),
+    # DSpark's anchor slot is a prediction: a block of bs queries drafts bs tokens.
+    "dspark": ("dspark", lambda block: block),
+}
+
+
+def served_request(
+    config: Config, draft: Path, family: str, prompts: list[list[int]], dtype: str, mode: str
+) -> dict[str, Any]:
+    """The vllm_child request that serves `prompts` with the exported draft."""
+    from ..train.eval_run import eval_new_tokens
+    from ..train.evaluation import fit_eval_budget
+
+    method, tokens_for = VLLM_METHODS[family]
+    max_tokens, _ = fit_eval_budget(config.data.max_length, eval_new_tokens(config))
+    block = int(config.model.block_size)
+    longest = max((len(p) for p in prompts), default=1)
+    return {
+        "mode": mode,
+        "target": str(Path(config.model.target).resolve()),
+        "draft": str(draft),
+        "method": method,
+        "num_speculative_tokens": tokens_for(block),
+        "prompts": prompts,
+        "max_tokens": max_tokens,
+        # Room for the prompt, the generation and one draft block past its end.
+        "max_model_len": longest + max_tokens + 2 * block,
+        "dtype": dtype,
+    }
+
+
+def served_acceptance(
+    config: Config,
+    checkpoint: str,
+    *,
+    python: Path,
+    log: Path | None = None,
+    timeout: float = 1800,
+) -> dict[str, Any]:
+    """vLLM's acceptance of the checkpoint's draft next to specdraft's estimate (see module)."""
+    from ..models import family_of_architecture
+    from ..train.eval_run import evaluate_checkpoint, make_eval_records
+    from ..train.export import checkpoint_dtype, export_checkpoint
+
+    version = check_vllm_python(python)
+    architecture = json.loads((Path(checkpoint) / "config.json").read_text())["architectures"][0]
+    family = family_of_architecture(architecture).name
+    dtype = checkpoint_dtype(checkpoint)
+    records, _ = make_eval_records(config)
+    prompts = [r.input_ids[: r.prompt_len].tolist() for r in records]
+    with tempfile.TemporaryDirectory(prefix="specdraft-served-") as tmp:
+        draft = Path(tmp) / "draft"
+        export_checkpoint(checkpoint, draft, format="vllm", dtype=dtype)
+        request = served_request(config, draft, family, prompts, dtype, mode="serve")
+        child = run_vllm_child(request, python=python, log=log, timeout=timeout)
+    result: dict[str, Any] = {
+        "family": family,
+        "vllm_version": child.get("vllm_version") or version,
+        "stage": child["stage"],
+        "error": child.get("error"),
+        "draft": child.get("draft", {}),
+        "prompts": len(prompts),
+        "num_speculative_tokens": request["num_speculative_tokens"],
+    }
+    if child["stage"] != "done":
+        return result
+    estimate = evaluate_checkpoint(config, checkpoint, records=records)
+    continuations = [r.input_ids[r.prompt_len :].tolist() for r in records]
+    baseline, speculative = child["baseline"], child["speculative"]
+    result.update(
+        specdraft={
+            "acceptance_length": estimate["tau"],
+            "per_position_given_previous": estimate["accept_rate_per_pos"],
+            "steps": estimate["steps"],
+        },
+        vllm=child["acceptance"],
+        outputs_identical=baseline == speculative,
+        identical_outputs=sum(a == b for a, b in zip(baseline, speculative, strict=True)),
+        # vLLM's greedy target output against the HF target's that specdraft estimates on.
+        matches_target_greedy=sum(a == b for a, b in zip(baseline, continuations, strict=True)),
+    )
+    return result
