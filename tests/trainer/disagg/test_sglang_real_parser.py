@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from sglang_stub import check_capture_args
+from sglang_venv import build_sglang_python
 
 from specdraft.config import load_config
 from specdraft.trainer.disagg.capture.sglang_launcher import (
@@ -27,7 +27,6 @@ from specdraft.trainer.disagg.capture.sglang_launcher import (
 )
 
 ROOT = Path(__file__).resolve().parents[3]
-VENV = ROOT / "build" / "sglang-venv"
 CHECK = ROOT / "tests" / "support" / "sglang_real_check.py"
 EXAMPLES = {
     "dflash2": ROOT / "examples" / "qwen3-8b-dflash2-8192.toml",
@@ -39,18 +38,7 @@ sys.path.insert(0, str(ROOT / "packages" / "sglang-plugin" / "src"))
 @pytest.fixture(scope="session")
 def sglang_python() -> str:
     """build/sglang-venv's python, the venv built (or found up to date) by the repo's script."""
-    done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "sglang_venv.sh"), str(VENV)],
-        env={**os.environ, "PYTHON": sys.executable},
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        pytest.fail(f"scripts/sglang_venv.sh could not build {VENV}:\n{tail}")
-    return str(VENV / "bin" / "python")
+    return build_sglang_python()
 
 
 def real_verdicts(python: str, argvs: list[list[str]]) -> list[dict]:
