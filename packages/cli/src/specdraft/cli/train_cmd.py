@@ -129,17 +129,22 @@ def train(
     from specdraft.trainer.launch import LaunchPlan
     from specdraft.trainer.train.preempt import STOP_TIMEOUT_ENV
     from specdraft.trainer.train.run import (
+        data_path_errors,
         dry_run_plan,
         launch_environment_defaults,
         runtime_check_errors,
         target_check_errors,
+        target_weight_errors,
     )
 
-    errors = target_check_errors(config)
+    # The dry run plans from config.json alone; a run reads the weights and data: check them
+    # now, before any rank loads the target.
+    errors = target_check_errors(config) or ([] if dry_run else target_weight_errors(config))
     if errors:
-        raise click.ClickException(
-            f"{config_path}: the config does not fit its target:\n  " + "\n  ".join(errors)
-        )
+        usage_exit(f"{config_path}: the config does not fit its target:\n  " + "\n  ".join(errors))
+    errors = [] if dry_run else data_path_errors(config)
+    if errors:
+        usage_exit(f"{config_path}: the data cannot be read:\n  " + "\n  ".join(errors))
     # Before any rank starts (and in --dry-run): what this machine cannot run, e.g. fp8 on CPU.
     errors = runtime_check_errors(config)
     if errors:

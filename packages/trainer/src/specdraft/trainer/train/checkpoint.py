@@ -122,14 +122,20 @@ def step_dir_name(step: int) -> str:
     return f"{STEP_PREFIX}{step:07d}"
 
 
-def find_latest(output_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint of a run, or None."""
+def complete_checkpoints(output_dir: str | Path) -> list[Path]:
+    """A run's published checkpoints (step folders with a trainer_state.json), oldest first."""
     root = checkpoint_root(output_dir)
     if not root.is_dir():
-        return None
+        return []
     done = [p for p in root.iterdir() if p.name.startswith(STEP_PREFIX) and p.is_dir()]
     done = [p for p in done if (p / "trainer_state.json").is_file()]
-    return max(done, key=lambda p: int(p.name[len(STEP_PREFIX) :]), default=None)
+    return sorted(done, key=lambda p: int(p.name[len(STEP_PREFIX) :]))
+
+
+def find_latest(output_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint of a run, or None."""
+    done = complete_checkpoints(output_dir)
+    return done[-1] if done else None
 
 
 class NothingToResume(FileNotFoundError):
@@ -322,13 +328,16 @@ def save_checkpoint(
         result = None
         try:
             result = work()
-        except Exception as exc:  # any rank's failure is every rank's: see agree_on_failure
-            error = exc
-        failed = agree_on_failure(error, tmp, ctx)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # DCP's CheckpointException is a BaseException
+            error = exc  # any rank's failure is every rank's: see agree_on_failure
+        needed = checkpoint_bytes_needed(root, model, ctx) if error is not None else 0
+        failed = agree_on_failure(error, tmp, ctx, needed)
         if failed is not None:
             if ctx.is_main:
                 shutil.rmtree(tmp, ignore_errors=True)
-            needed = checkpoint_bytes_needed(root, model, ctx)
+            needed = needed or checkpoint_bytes_needed(root, model, ctx)
             raise CheckpointSaveFailed(step, save_failed_message(step, failed, tmp, needed))
         return result
 
@@ -452,9 +461,12 @@ def load_checkpoint(
     ctx: DistContext,
     fingerprint: dict[str, Any],
     allow_changed: tuple[str, ...] = (),
+    verified: bool = False,
 ) -> LoadedCheckpoint:
-    """Verify `path`, check its fingerprint, then restore model, optimizer and RNG from it."""
-    verify_checkpoint(path, ctx)
+    """Verify `path` (unless the caller just did), check its fingerprint, then restore model,
+    optimizer and RNG from it."""
+    if not verified:
+        verify_checkpoint(path, ctx)
     state = json.loads((path / "trainer_state.json").read_text())
     changes = check_fingerprint(
         state.get("fingerprint", {}), fingerprint, path, allow_changed=allow_changed

@@ -15,8 +15,9 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..integrity import CorruptFile
 from ..runtime import DistContext
-from .checkpoint import load_checkpoint, resolve_resume
+from .checkpoint import complete_checkpoints, load_checkpoint, resolve_resume, verify_checkpoint
 from .trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,10 @@ def resume_trainer(
     """
     allowed = tuple(allow_changed)
     checkpoint = resolve_resume(resume_from, trainer.output_dir, required=required)
+    verified = False
+    if checkpoint is not None and resume_from == "latest":
+        checkpoint = newest_that_verifies(trainer.output_dir, ctx)
+        verified = True
     if checkpoint is None:
         if resume_from == "latest" and ctx.is_main:
             log.info(
@@ -52,6 +57,7 @@ def resume_trainer(
         ctx=ctx,
         fingerprint=trainer.fingerprint,
         allow_changed=allowed,
+        verified=verified,
     )
     trainer.restore(loaded)
     # Never pruned by this run, and not saved again if the run has no step left.
@@ -79,6 +85,38 @@ def resume_trainer(
                 trainer.step,
             )
     return checkpoint
+
+
+def newest_that_verifies(output_dir: Path, ctx: DistContext) -> Path:
+    """`--resume latest`: the newest complete checkpoint whose files match their checksums.
+
+    A corrupt newer one (a bit flip, a copy cut short) is skipped with a warning that names it
+    and why; when none verifies, CorruptFile lists every one.
+    """
+    skipped: list[str] = []
+    for path in complete_checkpoints(output_dir)[::-1]:
+        try:
+            verify_checkpoint(path, ctx)
+        except CorruptFile as exc:
+            problems = [line.strip() for line in str(exc).splitlines()[1:-1]]
+            reason = "; ".join(problems) or str(exc)
+            skipped.append(f"{path.name}: {reason}")
+            if ctx.is_main:
+                log.warning("--resume latest: skipping %s, it does not verify (%s)", path, reason)
+            continue
+        if skipped and ctx.is_main:
+            log.warning(
+                "--resume latest: resuming from %s, the newest checkpoint that verifies "
+                "(%d newer skipped)",
+                path,
+                len(skipped),
+            )
+        return path
+    raise CorruptFile(
+        f"--resume latest: no checkpoint in {output_dir / 'checkpoints'} verifies: "
+        + "; ".join(skipped)
+        + "; copy a good checkpoint back, or start a new run (drop --resume, use --overwrite)"
+    )
 
 
 def apply_learning_rate(trainer: Trainer, learning_rate: float, *, ctx: DistContext) -> None:

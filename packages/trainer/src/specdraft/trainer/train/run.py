@@ -294,6 +294,72 @@ def target_check_errors(config: Config) -> list[str]:
     return errors
 
 
+def data_path_errors(config: Config) -> list[str]:
+    """The data paths a run cannot read (a folder, a missing file), before the target loads."""
+    if config.data.format == "features" or config.deployment.mode == "disaggregated":
+        return []  # feature folders are checked by their reader; a producer reads its own data
+    from ..data.sources import check_source
+
+    errors = []
+    for field, specs in (
+        ("data.train_paths", config.data.train_paths),
+        ("data.eval_paths", config.data.eval_paths),
+    ):
+        for spec in specs or ():
+            if not spec.startswith("pkg:") and Path(spec).expanduser().is_dir():
+                errors.append(
+                    f"{field}: {spec!r} is a folder; name the .json / .jsonl conversation files "
+                    "in it (or, for offline feature shards, set data.format = 'features')"
+                )
+                continue
+            try:
+                check_source(spec, field)
+            except (ValueError, OSError) as exc:
+                errors.append(str(exc))
+    return errors
+
+
+def target_weight_errors(config: Config) -> list[str]:
+    """The target's weights against its config.json (embedding and LM head shapes), read from
+    the safetensors headers only: a mismatch is refused before any weight loads."""
+    if config.deployment.mode == "disaggregated":
+        return []  # the trainer ranks read only the target's head; the capture servers load it
+    from ..models.target import _EMBED_KEYS, _HEAD_KEYS, _tensor_files
+
+    folder = Path(config.model.target)
+    try:
+        text = json.loads((folder / "config.json").read_text())
+        text = text.get("text_config", text)
+        files = _tensor_files(folder)
+    except (OSError, ValueError) as exc:
+        return [f"model.target = {str(folder)!r}: cannot read its weights ({exc})"]
+    vocab, hidden = text.get("vocab_size"), text.get("hidden_size")
+    errors = []
+    for names in (_EMBED_KEYS, _HEAD_KEYS):
+        name = next((n for n in names if n in files), None)
+        if name is None:
+            continue
+        shape = safetensors_shape(files[name], name)
+        if shape is not None and shape != [vocab, hidden]:
+            errors.append(
+                f"model.target = {str(folder)!r}: {name} in {files[name].name} has shape "
+                f"{shape}, its config.json says [vocab_size, hidden_size] = [{vocab}, {hidden}]; "
+                "the folder mixes two models: copy the target's config.json and weights together"
+            )
+    return errors
+
+
+def safetensors_shape(path: Path, name: str) -> list[int] | None:
+    """A tensor's shape from a safetensors file's JSON header (no tensor is read)."""
+    try:
+        with path.open("rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            header = json.loads(handle.read(size))
+        return [int(d) for d in header[name]["shape"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def launch_environment_defaults() -> None:
     """Environment every rank inherits: offline hub, quiet tokenizers."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..runtime.atomic import fsync_dir
+from ..runtime.http_json import run_folder
 
 LOCK_NAME = ".specdraft-run.lock"
 REPLACED_PREFIX = "replaced-"
@@ -52,8 +53,7 @@ def describe_holder(path: Path) -> str:
 @contextlib.contextmanager
 def hold_run_folder(output_dir: str | Path) -> Iterator[Path]:
     """Hold the run folder's lock within this block; RunFolderError when another run has it."""
-    folder = Path(output_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = run_folder(output_dir)  # a new one 0700, an existing one keeps its mode
     path = lock_path(folder)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:

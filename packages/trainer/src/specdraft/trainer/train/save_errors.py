@@ -29,39 +29,57 @@ class CheckpointSaveFailed(RuntimeError):
         super().__init__(message)
 
 
+def unwrapped(exc: BaseException) -> BaseException:
+    """The first rank's own error inside DCP's CheckpointException (which holds them by rank
+    as (exception, traceback) pairs), else `exc`."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict):
+        for pair in failures.values():
+            inner = pair[0] if isinstance(pair, tuple) else pair
+            if isinstance(inner, BaseException):
+                return unwrapped(inner)
+    return exc
+
+
 def os_error_in(exc: BaseException) -> OSError | None:
     """The OSError behind `exc` (itself, its cause or context), or None."""
     seen: set[int] = set()
-    current: BaseException | None = exc
+    current: BaseException | None = unwrapped(exc)
     while current is not None and id(current) not in seen:
         if isinstance(current, OSError) and current.errno is not None:
             return current
         seen.add(id(current))
-        # DCP wraps each rank's failure in a CheckpointException holding them by rank.
-        for inner in getattr(current, "failures", {}).values():
-            if isinstance(inner, BaseException) and (found := os_error_in(inner)):
-                return found
         current = current.__cause__ or current.__context__
     return None
 
 
-def describe_error(exc: BaseException, where: Path) -> str:
-    """The error in a few words: errno name and path when known, else its first line."""
+def describe_error(exc: BaseException, where: Path, needed: int = 0) -> str:
+    """The error in a few words: errno name and path when known, else its first line (and,
+    when the disk has less room than a checkpoint needs, that the disk is full: torch's zip
+    writer reports ENOSPC as 'unexpected pos')."""
     os_error = os_error_in(exc)
     if os_error is not None:
         name = errno.errorcode.get(os_error.errno or 0, "")
         path = os_error.filename or where
         return f"{name} ({os_error.strerror}) writing {path}"
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return f"{type(exc).__name__}: {first[:200]} writing under {where}"
+    inner = unwrapped(exc)
+    text = str(inner).strip()
+    first = text.splitlines()[0] if text else type(inner).__name__
+    free = free_bytes(where)
+    if needed and free is not None and free < needed:
+        return f"ENOSPC (the disk is full: {type(inner).__name__}: {first[:160]}) writing {where}"
+    return f"{type(inner).__name__}: {first[:200]} writing under {where}"
 
 
-def agree_on_failure(error: BaseException | None, where: Path, ctx: DistContext) -> str | None:
+def agree_on_failure(
+    error: BaseException | None, where: Path, ctx: DistContext, needed: int = 0
+) -> str | None:
     """Every rank's error of the last phase, exchanged: the first one's description, or None.
 
     A collective: every rank calls it after every phase, failed or not.
     """
-    mine = None if error is None else f"rank {ctx.rank}: {describe_error(error, where)}"
+    who = f"rank {ctx.rank}: " if ctx.world_size > 1 else ""
+    mine = None if error is None else f"{who}{describe_error(error, where, needed)}"
     if dist.is_initialized() and ctx.world_size > 1:
         gathered: list[Any] = [None] * ctx.world_size
         dist.all_gather_object(gathered, mine)
@@ -107,5 +125,5 @@ def save_failed_message(step: int, what: str, folder: Path, needed: int) -> str:
     room = f", {size_text(free)} free there" if free is not None else ""
     return (
         f"checkpoint of step {step} not saved: {what}; a checkpoint needs about "
-        f"{size_text(needed)}{room}; its partial folder {folder} was removed"
+        f"{size_text(needed)}{room}; the partial folder was removed"
     )
