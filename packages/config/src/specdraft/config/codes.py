@@ -108,6 +108,12 @@ CODES: tuple[Code, ...] = (
     Code("SD222", "anchor-grouped-replaces-length-grouped", "warning",
          "data.length_grouped is ignored: data.anchor_grouped sorts by shape bucket and "
          "anchor count."),
+    Code("SD223", "keep-every-without-keep-last", "warning",
+         "training.keep_every_n_steps is set without training.keep_last_checkpoints, so every "
+         "checkpoint is kept anyway."),
+    Code("SD224", "num-anchors-above-max-length", "warning",
+         "training.num_anchors is above data.max_length - 1, the most anchors a sample can "
+         "have: the extra anchor blocks are computed padding."),
     # ---- the model and its target
     Code("SD301", "layer-id-negative", "error", "A target layer id is negative.",
          ("layer_id_negative",)),

@@ -46,6 +46,27 @@ def shape_problems(config: Config) -> list[Problem]:
                 f"is appended: effective buckets are {list(effective_buckets(config) or ())}",
             )
         )
+    if training.keep_every_n_steps and training.keep_last_checkpoints is None:
+        problems.append(
+            Problem(
+                "SD223",
+                ("training", "keep_every_n_steps"),
+                "training.keep_every_n_steps has no effect without "
+                "training.keep_last_checkpoints: every checkpoint is kept; set "
+                "keep_last_checkpoints or drop keep_every_n_steps",
+            )
+        )
+    most = config.data.max_length - 1  # an anchor needs its next token in the sample
+    if training.num_anchors > most:
+        problems.append(
+            Problem(
+                "SD224",
+                ("training", "num_anchors"),
+                f"training.num_anchors ({training.num_anchors}) is above data.max_length - 1 "
+                f"({most}), the most anchors a sample can have: the extra anchor blocks are "
+                f"padding computed every step; set num_anchors <= {most}",
+            )
+        )
     anchors = training.static_anchor_buckets
     if anchors and anchors[-1] != training.num_anchors:
         problems.append(
