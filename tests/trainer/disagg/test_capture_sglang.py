@@ -11,12 +11,15 @@ import pytest
 import sglang_stub
 import torch
 from disagg_support import build_random_target, make_config, reference_features
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sglang_stub import SGLangStub
 
 from specdraft.trainer.disagg.capture import ManagedSGLang, SGLangCaptureClient, sglang_command
 from specdraft.trainer.disagg.capture.sglang_client import generate_payload, split_sglang_hidden
 from specdraft.trainer.disagg.capture.target import load_capture_target
-from specdraft.trainer.disagg.store import LocalFeatureStore, read_sample
+from specdraft.trainer.disagg.store import LocalFeatureStore, local_store_root, read_sample
+from specdraft.trainer.disagg.store.base import StoreError
 from specdraft.trainer.disagg.wire import (
     CaptureMismatch,
     CaptureRejected,
@@ -358,8 +361,215 @@ def test_chunks_cut_away_by_finished_len_are_a_mismatch_naming_the_flags():
     assert "--chunked-prefill-size -1" in str(err.value)
 
 
-def test_the_launch_command_prefills_each_prompt_in_one_chunk(tmp_path):
+def test_without_the_plugin_the_launch_command_prefills_each_prompt_in_one_chunk(tmp_path):
     cfg = make_config(Path("/m"), tmp_path, disaggregated={"capture": "sglang"})
     for interface in ("0.5.23", "aux-capture"):
+        # This interpreter has no plugin installed: detected, not assumed.
         cmd = sglang_command(cfg, port=1, interface=interface)
         assert cmd[cmd.index("--chunked-prefill-size") + 1] == "-1"
+        # The plugin collects every chunk itself: SGLang keeps its own chunk size.
+        with_plugin = sglang_command(cfg, port=1, interface=interface, plugin=True)
+        assert "--chunked-prefill-size" not in with_plugin
+        assert "--enable-return-hidden-states" in with_plugin
+
+
+# ------------------------------------------------ the fast JSON path: no Python list of lists
+
+
+def _dumps(body, spaced: bool) -> bytes:
+    import json
+
+    import orjson
+
+    return json.dumps(body).encode() if spaced else orjson.dumps(body)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    chunks=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    decode_rows=st.integers(0, 2),
+    spaced=st.booleans(),
+    scale=st.sampled_from([1.0, 1e-6, 3e7]),
+)
+def test_the_fast_json_path_reads_what_json_loads_reads(chunks, decode_rows, spaced, scale):
+    from specdraft.trainer.disagg.capture.sglang_client import decode_reply
+
+    torch.manual_seed(len(chunks))
+    seq = sum(chunks)
+    request = CaptureRequest("run", 7, 1, list(range(seq)), [1] * seq)
+    rows = (torch.randn(seq, 4) * scale).to(torch.bfloat16).float().tolist()
+    entries, at = [], 0
+    for size in chunks:
+        entries.append(rows[at : at + size])
+        at += size
+    entries += [[9.5, -1.0, 2e-08, 0.0]] * decode_rows
+    body = {
+        "text": 'a "hidden_states": [1]',
+        "meta_info": {"id": "run/7/g1", "hidden_states": entries},
+    }
+    raw = _dumps(body, spaced)
+    decoded, numeric = decode_reply(raw, "reply")
+    assert set(numeric) == {"hidden_states"} and decoded["text"] == body["text"]
+    fast, _ = split_sglang_hidden(decoded, request, SPEC, numeric=numeric)
+    slow, _ = split_sglang_hidden(body, request, SPEC)
+    assert torch.equal(fast, slow)
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ([[[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0]]], "rows of 4 and 3 values"),
+        ([[[1.0, None, 3.0, 4.0]]], "other than numbers"),
+        ([[[[1.0, 2.0, 3.0, 4.0]]]], "nested"),
+    ],
+)
+def test_bad_json_rows_are_mismatches(entries, message):
+    from specdraft.trainer.disagg.capture.sglang_client import decode_reply
+
+    raw = _dumps({"meta_info": {"hidden_states": entries}}, False)
+    with pytest.raises(CaptureMismatch, match=message):
+        decode_reply(raw, "reply")
+
+
+# --------------------------------------------- the plugin path: SGLang writes, the client checks
+
+SECRET = "c0" * 32
+
+
+@pytest.fixture
+def plugin_handoff(tmp_path, monkeypatch, target):
+    """A plugin-equipped hand-off for run `testrun` (DSpark layers 2, 0 of the tiny target),
+    writing into tmp_path/run's local store; disarmed after the test."""
+    from specdraft_sglang_plugin import feature_store
+
+    from specdraft.trainer.disagg.capture.sglang_launcher import plugin_environment
+
+    cfg = make_config(target, tmp_path / "run", algorithm="dspark", layer_ids=(2, 0))
+    monkeypatch.setenv(*next(iter(plugin_environment(cfg, SECRET).items())))
+    yield sglang_stub.prefill_handoff()
+    feature_store.disable()
+
+
+def test_with_the_plugin_sglang_writes_every_chunk_and_the_reply_is_a_reference(
+    target, tmp_path, plugin_handoff, caplog
+):
+    spec = capture_spec((2, 0), 64, algorithm="dspark")
+    store = LocalFeatureStore(local_store_root(tmp_path / "run"))
+    stub_target = load_capture_target(target, [0, 2], dtype="float32")
+    with SGLangStub(
+        stub_target, model_path=str(target), final_state=True, chunk_size=3, handoff=plugin_handoff
+    ) as stub:
+        client = SGLangCaptureClient(stub.url, spec, store, secret=SECRET)
+        with caplog.at_level("INFO"):
+            assert client.verify_server(timeout=30, run="testrun") is True
+        assert "the specdraft plugin writes this run's features" in caplog.text
+        reply = client.capture(CaptureRequest("testrun", 4, 2, PROMPT, MASK), timeout=60)
+        # A client without the run's secret is a stranger: the stock answer (the last chunk's
+        # rows only), and nothing written into the run's store for it.
+        stranger = SGLangCaptureClient(stub.url, spec, LocalFeatureStore(tmp_path / "other"))
+        with pytest.raises(CaptureMismatch, match="2 hidden-state rows for a 8-token"):
+            stranger.capture(CaptureRequest("testrun", 5, 0, PROMPT, MASK), timeout=60)
+    assert [t.name for t in reply.tensors] == [
+        "input_ids",
+        "loss_mask",
+        "hidden_states",
+        "target_last_hidden_states",
+    ]
+    sample = read_sample(store, reply)
+    hidden, last = reference_features(target, PROMPT, [2, 0])
+    tol = {"rtol": 1e-2, "atol": 1e-2}  # the plugin stores bf16, as the run's features are
+    torch.testing.assert_close(sample["hidden_states"].float(), hidden, **tol)
+    torch.testing.assert_close(sample["target_last_hidden_states"].float(), last, **tol)
+    assert sample["input_ids"].tolist() == PROMPT and sample["loss_mask"].tolist() == MASK
+    assert not any(k.startswith("testrun/5/") for k in _keys(store))
+
+
+def _keys(store: LocalFeatureStore) -> list[str]:
+    return [str(p.relative_to(store.root)) for p in store.root.rglob("*") if p.is_file()]
+
+
+def test_a_write_that_fails_inside_sglang_is_a_capture_error_and_leaves_nothing(
+    target, tmp_path, plugin_handoff
+):
+    from specdraft_sglang_plugin import feature_store
+
+    spec = capture_spec((2, 0), 64, algorithm="dspark")
+    store = LocalFeatureStore(local_store_root(tmp_path / "run"))
+    broken = LocalFeatureStore(local_store_root(tmp_path / "run"))
+    broken.put = lambda key, data: (_ for _ in ()).throw(StoreError(f"{key}: segment full"))
+    stub_target = load_capture_target(target, [0, 2], dtype="float32")
+    with SGLangStub(
+        stub_target, model_path=str(target), final_state=True, handoff=plugin_handoff
+    ) as stub:
+        client = SGLangCaptureClient(stub.url, spec, store, secret=SECRET)
+        feature_store._WRITER._store = broken
+        with pytest.raises(CaptureRejected, match=r"503(.|\n)*segment full"):
+            client.capture(CaptureRequest("testrun", 4, 0, PROMPT, MASK), timeout=60)
+        assert store.bytes_resident() == 0
+        feature_store._WRITER._store = store  # the retry, on the same server
+        reply = client.capture(CaptureRequest("testrun", 4, 1, PROMPT, MASK), timeout=60)
+    assert reply.attempt == 1 and store.exists(reply.tensors[-1].key)
+
+
+def test_a_reference_to_another_store_is_a_mismatch_and_the_token_rows_are_removed(
+    target, tmp_path, plugin_handoff
+):
+    spec = capture_spec((2, 0), 64, algorithm="dspark")
+    elsewhere = LocalFeatureStore(tmp_path / "not-the-runs-store")
+    stub_target = load_capture_target(target, [0, 2], dtype="float32")
+    with SGLangStub(
+        stub_target, model_path=str(target), final_state=True, handoff=plugin_handoff
+    ) as stub:
+        client = SGLangCaptureClient(stub.url, spec, elsewhere, secret=SECRET)
+        with pytest.raises(CaptureMismatch, match="writes into another store"):
+            client.capture(CaptureRequest("testrun", 4, 0, PROMPT, MASK), timeout=60)
+    assert elsewhere.bytes_resident() == 0
+
+
+def test_a_stock_server_logs_the_json_cost_once_and_one_that_chunks_stops_the_run_early(
+    target, stub_target, tmp_path, caplog
+):
+    spec = capture_spec([0, 2], 64, algorithm="dflash2")
+    store = LocalFeatureStore(tmp_path)
+    with SGLangStub(stub_target, model_path=str(target)) as stub:
+        client = SGLangCaptureClient(stub.url, spec, store, secret=SECRET)
+        with caplog.at_level("WARNING"):
+            assert client.verify_server(timeout=30, run="testrun") is False
+        assert "sends hidden states as JSON" in caplog.text and "per 1,000-token" in caplog.text
+        assert "pip install --no-deps specdraft-sglang-plugin" in caplog.text
+        assert client.capture(CaptureRequest("testrun", 1, 0, PROMPT, MASK), timeout=60)
+    # Stock 0.5.23 with chunked prefill keeps the last chunk's rows only: the start-up probe
+    # finds out, before any window is planned, and names both fixes.
+    with SGLangStub(stub_target, model_path=str(target), chunk_size=4) as stub:
+        client = SGLangCaptureClient(stub.url, spec, store, secret=SECRET)
+        with pytest.raises(CaptureRejected, match=r"probe failed(.|\n)*size -1(.|\n)*plugin"):
+            client.verify_server(timeout=30, run="testrun")
+
+
+@pytest.mark.slow
+def test_managed_launch_with_the_plugin_writes_features_from_inside_the_server(target, tmp_path):
+    # The launcher writes the plugin's settings (0600) and hands them over in the environment;
+    # the server prefills in chunks of 4 (no --chunked-prefill-size -1 with the plugin).
+    cfg = make_config(
+        target,
+        tmp_path,
+        layer_ids=(2, 0),
+        disaggregated={"capture": "sglang", "health_timeout_s": 120},
+    )
+    log = tmp_path / "logs" / "sglang.log"
+    store = LocalFeatureStore(local_store_root(tmp_path))
+    with ManagedSGLang(
+        cfg, port=_free_port(), log_path=log, module=STUB, secret=SECRET, plugin=True
+    ) as server:
+        assert "--chunked-prefill-size" not in server.command
+        settings = Path(server.env["SPECDRAFT_SGLANG_CAPTURE"])
+        assert settings.stat().st_mode & 0o077 == 0 and SECRET in settings.read_text()
+        client = SGLangCaptureClient(
+            server.url, capture_spec((2, 0), 64, algorithm="dflash2"), store, secret=SECRET
+        )
+        assert client.verify_server(timeout=30, run="testrun") is True
+        reply = client.capture(CaptureRequest("testrun", 4, 0, PROMPT, MASK), timeout=60)
+    sample = read_sample(store, reply)
+    hidden, _ = reference_features(target, PROMPT, [2, 0])
+    torch.testing.assert_close(sample["hidden_states"].float(), hidden, rtol=1e-2, atol=1e-2)
+    assert SECRET not in log.read_text()  # the secret travels in the 0600 file only
