@@ -5,19 +5,15 @@ higher tau after training than before."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_support import specdraft_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "quickstart.toml"
-# torch.distributed's variables, should an earlier test have left them: a `specdraft train`
-# that inherits them would try to join that group.
-DIST_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 @pytest.fixture(scope="module")
@@ -68,16 +64,7 @@ def test_the_config_lints_clean_and_uses_what_the_makefile_writes():
 
 
 def specdraft(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in DIST_ENV}
-    env["OMP_NUM_THREADS"] = "1"
-    return subprocess.run(
-        [sys.executable, "-m", "specdraft.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    return specdraft_cli(*args, cwd=cwd, timeout=600)
 
 
 @pytest.mark.slow

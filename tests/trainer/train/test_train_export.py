@@ -129,21 +129,240 @@ def test_export_refuses_a_checkpoint_that_differs_from_its_manifest(trained, tmp
     assert "manifest.json is missing" in done.output
 
 
+def eval_config(target, tmp_path):
+    """A config file whose eval set is two ShareGPT prompts, for `specdraft eval`."""
+    return write_config(
+        tmp_path / "eval.toml",
+        tiny_run(
+            target,
+            tmp_path / "eval-run",
+            data={"eval_paths": ["pkg:sharegpt"], "max_eval_samples": 2},
+        ),
+    )
+
+
 def test_eval_refuses_a_checkpoint_that_differs_from_its_manifest(
     trained, tiny_target_path, tmp_path
 ):
     _, checkpoint, _, _, _ = trained
     tampered = _tampered_copy(checkpoint, tmp_path, "config.json")
-    config = write_config(
-        tmp_path / "eval.toml",
-        tiny_run(
-            tiny_target_path,
-            tmp_path / "eval-run",
-            data={"eval_paths": ["pkg:sharegpt"], "max_eval_samples": 2},
-        ),
-    )
+    config = eval_config(tiny_target_path, tmp_path)
     done = CliRunner().invoke(cli, ["eval", str(config), "--checkpoint", str(tampered)])
     assert done.exit_code == 1, done.output
     assert f"cannot evaluate {tampered}" in done.output
     assert f"{tampered / 'config.json'}: content differs from its checksum" in done.output
     assert "Traceback" not in done.output
+
+
+# ----------------------------------------------------------------------------- formats
+
+
+def export_cli(checkpoint, out, *args):
+    """`specdraft export CHECKPOINT --out OUT ARGS` in-process."""
+    return CliRunner().invoke(cli, ["export", str(checkpoint), "--out", str(out), *args])
+
+
+def tensors_of(folder):
+    """The tensors of a folder's model.safetensors."""
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+VLLM_ARCHITECTURES = {
+    "dflash": "DFlashDraftModel",
+    "dflash2": "DFlash2DraftModel",
+    "dspark": "Qwen3DSparkModel",
+}
+
+
+def test_the_vllm_format_is_what_vllm_s_loaders_read(trained, tmp_path):
+    _, checkpoint, _, _, _ = trained
+    family = json.loads((checkpoint / "config.json").read_text())["architectures"][0]
+    done = export_cli(checkpoint, tmp_path / "vllm", "--format", "vllm", "--dtype", "float32")
+    assert done.exit_code == 0, done.output
+    config = json.loads((tmp_path / "vllm" / "config.json").read_text())
+    name = {"DFlashDraftModel": "dflash", "DFlash2DraftModel": "dflash2"}.get(family, "dspark")
+    assert config["architectures"] == [VLLM_ARCHITECTURES[name]]
+    nested = config["dflash_config"]
+    # vLLM's convention for dflash_config.target_layer_ids is specdraft's own (it adds 1).
+    assert nested["target_layer_ids"] == [0, 2] and nested["mask_token_id"] == 4095
+    assert config["is_causal"] is False
+    assert config["sample_from_anchor"] is (name == "dspark")
+    if name == "dspark":
+        # Top level for Qwen3DSparkModel; DFlash's speculator refuses it nested when true.
+        assert "sample_from_anchor" not in nested
+        assert config["markov_rank"] == 256 and config["markov_head_type"] == "vanilla"
+        assert config["enable_confidence_head"] is True
+        assert config["confidence_head_with_markov"] is False
+    else:
+        assert nested["sample_from_anchor"] is False
+    if name == "dflash2":
+        assert {k: nested[k] for k in ("conv_kernel_size", "conv_group_size")} == {
+            "conv_kernel_size": 2,
+            "conv_group_size": 16,
+        }
+        assert (nested["selector_rank"], nested["selector_top_k"]) == (16, 4)
+    assert not {"selector_loss_weight", "ce_weight", "l1_weight"} & set(config)
+    # Every tensor of these drafts is one vLLM's loader reads, unchanged.
+    ours = tensors_of(checkpoint)
+    exported = tensors_of(tmp_path / "vllm")
+    assert sorted(exported) == sorted(ours)
+    for key, value in ours.items():
+        assert torch.equal(exported[key], value), key
+
+
+def test_the_speculators_format_describes_itself_around_the_same_weight_bytes(
+    trained, tiny_target_path, tmp_path
+):
+    _, checkpoint, _, _, _ = trained
+    done = export_cli(
+        checkpoint, tmp_path / "spec", "--format", "speculators", "--verifier", tiny_target_path
+    )
+    assert done.exit_code == 0, done.output
+    assert export_cli(checkpoint, tmp_path / "sglang").exit_code == 0
+    spec = tmp_path / "spec"
+    assert (spec / "model.safetensors").read_bytes() == (
+        tmp_path / "sglang" / "model.safetensors"
+    ).read_bytes()
+    config = json.loads((spec / "config.json").read_text())
+    kind = config["speculators_model_type"]
+    assert kind in ("dflash", "dflash2", "dspark")
+    # speculators counts hidden states as HF does: specdraft's layer k is its k + 1.
+    assert config["aux_hidden_state_layer_ids"] == [1, 3]
+    assert config["block_size"] == 8 and config["mask_token_id"] == 4095
+    assert config["draft_vocab_size"] == 4096
+    assert config["sliding_window_non_causal"] is True
+    assert config["sample_from_anchor"] is (kind == "dspark")
+    layers = config["transformer_layer_config"]
+    assert layers["model_type"] == "qwen3" and layers["num_hidden_layers"] == 1
+    assert layers["hidden_size"] == 128 and layers["rope_parameters"]["rope_type"] == "default"
+    proposal = config["speculators_config"]["proposal_methods"][0]
+    assert proposal["speculative_tokens"] == (8 if kind == "dspark" else 7)
+    verifier = config["speculators_config"]["verifier"]
+    assert verifier == {
+        "name_or_path": str(tiny_target_path),
+        "architectures": ["Qwen3ForCausalLM"],
+    }
+
+
+def test_export_refuses_a_non_empty_out_unless_forced(trained, tmp_path):
+    _, checkpoint, _, _, _ = trained
+    out = tmp_path / "out"
+    assert export_cli(checkpoint, out).exit_code == 0
+    before = (out / "model.safetensors").read_bytes()
+    done = export_cli(checkpoint, out, "--format", "vllm")
+    assert done.exit_code == 2, done.output
+    assert done.output.strip() == (
+        f"Error: --out {out} is not empty; pass --force to replace the draft files in it, or "
+        "choose an empty folder"
+    )
+    assert (out / "model.safetensors").read_bytes() == before
+    done = export_cli(checkpoint, out, "--format", "vllm", "--force")
+    assert done.exit_code == 0, done.output
+    assert json.loads((out / "config.json").read_text())["is_causal"] is False
+    # A folder holding anything else is not empty either.
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "README").write_text("mine")
+    assert export_cli(checkpoint, other).exit_code == 2
+    assert (other / "README").read_text() == "mine" and len(list(other.iterdir())) == 1
+
+
+def test_export_never_writes_into_a_target_s_folder(trained, tiny_target_path, tmp_path):
+    import shutil
+
+    _, checkpoint, _, _, _ = trained
+    copy = tmp_path / "target-copy"
+    shutil.copytree(tiny_target_path, copy)
+    before = {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file()}
+    for args in ((), ("--force",), ("--format", "vllm", "--force")):
+        done = export_cli(checkpoint, copy, *args)
+        assert done.exit_code == 2, done.output
+        assert len(done.output.strip().splitlines()) == 1
+        assert f"--out {copy} holds a model with architectures ['Qwen3ForCausalLM']" in done.output
+        assert "not even with --force: choose an empty folder" in done.output
+    assert {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file()} == before
+    # The verifier's own folder, named as such.
+    done = export_cli(
+        checkpoint, tiny_target_path, "--format", "speculators", "--verifier", tiny_target_path
+    )
+    assert done.exit_code == 2
+    assert f"--out {tiny_target_path} is the target's own folder" in done.output
+
+
+def test_speculators_export_needs_the_verifier(trained, tmp_path):
+    _, checkpoint, _, _, _ = trained
+    done = export_cli(checkpoint, tmp_path / "spec", "--format", "speculators")
+    assert done.exit_code == 2
+    assert "--format speculators needs --verifier NAME_OR_PATH" in done.output
+    assert not (tmp_path / "spec").exists()
+
+
+@pytest.mark.parametrize("head", ["gated", "rnn"])
+def test_vllm_export_refuses_a_markov_head_vllm_cannot_build(head, tiny_target_path, tmp_path):
+    from specdraft.trainer.train.assembly import build_trainer
+
+    config = validate_config(
+        tiny_run(
+            tiny_target_path,
+            tmp_path / "run",
+            model={"algorithm": "dspark", "dspark": {"markov_type": head, "markov_rank": 16}},
+            data={"max_samples": 2},
+            training={"max_steps": 1},
+        )
+    )
+    with one_rank() as ctx:
+        trainer = build_trainer(config, ctx, progress=False)
+        checkpoint = trainer.fit().last_checkpoint
+        trainer.writer.close()
+    done = export_cli(checkpoint, tmp_path / "vllm", "--format", "vllm")
+    assert done.exit_code == 2, done.output
+    assert len(done.output.strip().splitlines()) == 1
+    assert (
+        f"its DSpark Markov head is {head!r} (model.dspark.markov_type = {head!r})" in done.output
+    )
+    assert 'train with model.dspark.markov_type = "vanilla"' in done.output
+    assert not (tmp_path / "vllm").exists()
+    # SGLang's and speculators' loaders build every head.
+    done = export_cli(
+        checkpoint, tmp_path / "spec", "--format", "speculators", "--verifier", tiny_target_path
+    )
+    assert done.exit_code == 0, done.output
+    assert json.loads((tmp_path / "spec" / "config.json").read_text())["markov_head_type"] == head
+
+
+def test_served_acceptance_is_read_from_vllm_s_spec_decode_counters():
+    from specdraft.trainer.serve.vllm_child import acceptance_from_metrics
+
+    # LLM.get_metrics() as the child flattens it: one entry per metric (and label set).
+    metrics = [
+        {"name": "vllm:spec_decode_num_drafts", "value": 40},
+        {"name": "vllm:spec_decode_num_draft_tokens", "value": 280},
+        {"name": "vllm:spec_decode_num_accepted_tokens", "value": 50},
+        {"name": "vllm:spec_decode_num_accepted_tokens_per_pos", "values": [30, 15, 5, 0]},
+        {"name": "vllm:num_requests_running", "value": 0},
+    ]
+    result = acceptance_from_metrics(metrics)
+    assert result["acceptance_length"] == pytest.approx(1 + 50 / 40)
+    assert result["per_position"] == pytest.approx([0.75, 0.375, 0.125, 0.0])
+    assert result["per_position_given_previous"] == pytest.approx([0.75, 0.5, 1 / 3, 0.0])
+    # No draft ran: no acceptance length, rather than a division by zero.
+    assert acceptance_from_metrics([])["acceptance_length"] is None
+
+
+def test_eval_on_vllm_without_vllm_says_how_to_get_it(trained, tiny_target_path, tmp_path):
+    _, checkpoint, _, _, _ = trained
+    config = eval_config(tiny_target_path, tmp_path)
+    missing = tmp_path / "no-venv" / "bin" / "python"
+    done = CliRunner().invoke(
+        cli,
+        [
+            *("eval", str(config), "--checkpoint", str(checkpoint)),
+            *("--engine", "vllm", "--vllm-python", str(missing)),
+        ],
+    )
+    assert done.exit_code == 2, done.output
+    assert len(done.output.strip().splitlines()) == 1
+    assert f"--vllm-python {missing} does not exist" in done.output
+    assert "scripts/vllm_cpu_venv.sh" in done.output

