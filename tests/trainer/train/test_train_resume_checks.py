@@ -83,8 +83,11 @@ def test_a_changed_data_order_is_refused_naming_the_field(crashed_run, change, f
 def test_an_allowed_change_resumes_at_the_same_share_of_the_epoch(crashed_run):
     settings = merge(crashed_run, {"training": {"micro_batch_size": 1}})
     trainer = build(settings, resume="latest", allow_changed=("training.micro_batch_size",))
-    # Step 2 of micro-batches of 2 consumed 4 samples: with micro-batches of 1 that is window 4.
-    assert (trainer.step, trainer.epoch, trainer.window) == (2, 0, 4)
+    # Step 2 of micro-batches of 2 consumed 4 samples: the resumed epoch is the other 4, one
+    # per micro-batch, from its first window on (4 windows left; max_steps = 4 ends it at 4).
+    assert (trainer.step, trainer.epoch, trainer.window) == (2, 0, 0)
+    assert trainer.source.windows_in_epoch(0) == 4
+    assert trainer.total_steps() == 4
 
 
 def test_a_changed_learning_rate_is_applied_from_the_resumed_step(crashed_run):

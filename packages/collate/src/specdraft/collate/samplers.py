@@ -291,6 +291,8 @@ class MicroBatchSampler:
             self.row_capacity = int(capacity)
         # Packed rows hold about num_anchors anchors each: packing ignores anchor grouping.
         self.anchor_grouped = bool(anchor_grouped) and not self.packing
+        self.anchor_counts = None if anchor_counts is None else [int(c) for c in anchor_counts]
+        self._policy = policy
         self._anchor_keys: list[tuple[int, int]] = []
         if self.anchor_grouped:
             self._anchor_keys = self._grouping_keys(anchor_counts, policy)
@@ -306,6 +308,11 @@ class MicroBatchSampler:
         self.epoch = 0
         self._position = 0
         self._cached: tuple[int, list[list[MicroBatch]]] | None = None
+        # After a resume with changed sizes: (epoch, the samples that epoch had left, in the
+        # saved plan's order, the saved state): that epoch's plan is built from them alone.
+        self._remainder: tuple[int, list[int], dict[str, Any]] | None = None
+        # What the last load_state_dict did to the data order, in words (for the run's log).
+        self.resume_note = ""
 
     def _grouping_keys(
         self, anchor_counts: Sequence[int] | None, policy: ShapePolicy
@@ -352,34 +359,46 @@ class MicroBatchSampler:
         """Every rank's micro-batches of `epoch`: [rank][micro_step] -> sample indices."""
         if self._cached is not None and self._cached[0] == epoch:
             return [[list(b) for b in row] for row in self._cached[1]]
-        if self.packing:
-            plan = self._packed_plan(epoch)
-            self._cached = (epoch, plan)
-            return [[list(b) for b in row] for row in plan]
-        order = self.base_order(epoch)
-        if self.bucket_synchronized:
-            plan = self._bucket_synchronized_plan(order, epoch)
+        if self._remainder is not None and self._remainder[0] == epoch:
+            plan = self.plan_of_order(self._remainder[1], epoch)
         else:
-            micro_batches = chunk(order, self.micro_batch_size)
-            if self.anchor_grouped:
-                micro_batches = shuffle_windows(
-                    micro_batches,
-                    window=self.num_replicas * self.grad_accum_steps,
-                    seed=derived_seed(self.seed, epoch, "anchor-windows"),
-                )
-            plan = deal(
-                micro_batches,
-                num_replicas=self.num_replicas,
-                grad_accum_steps=self.grad_accum_steps,
-            )
+            plan = self.plan_of_order(self.epoch_order(epoch), epoch)
         self._cached = (epoch, plan)
         return [[list(b) for b in row] for row in plan]
 
-    def _packed_plan(self, epoch: int) -> list[list[MicroBatch]]:
+    def epoch_order(self, epoch: int) -> list[int]:
+        """The epoch's samples in the order plans consume them (packing: the random order)."""
+        if self.packing:
+            return random_order(len(self.lengths), seed=self.seed, epoch=epoch)
+        return self.base_order(epoch)
+
+    def plan_of_order(self, order: list[int], epoch: int) -> list[list[MicroBatch]]:
+        """The plan of `order` (all of an epoch, or what a resumed epoch has left)."""
+        if self.packing:
+            return self._packed_plan(order, epoch)
+        if self.bucket_synchronized:
+            return self._bucket_synchronized_plan(order, epoch)
+        micro_batches = chunk(order, self.micro_batch_size)
+        if self.anchor_grouped:
+            micro_batches = shuffle_windows(
+                micro_batches,
+                window=self.num_replicas * self.grad_accum_steps,
+                seed=derived_seed(self.seed, epoch, "anchor-windows"),
+            )
+        return deal(
+            micro_batches, num_replicas=self.num_replicas, grad_accum_steps=self.grad_accum_steps
+        )
+
+    def full_epoch_length(self) -> int:
+        """Micro-batches per rank of a whole epoch (a resumed epoch's remainder may be fewer)."""
+        epoch = self.epoch + 1 if self._remainder is not None else self.epoch
+        return len(self.epoch_plan(epoch)[self.rank])
+
+    def _packed_plan(self, order: list[int], epoch: int) -> list[list[MicroBatch]]:
         assert self.row_capacity is not None
         window = self.micro_batch_size * self.grad_accum_steps * self.num_replicas
         micro_batches = packed_micro_batches(
-            random_order(len(self.lengths), seed=self.seed, epoch=epoch),
+            order,
             self.lengths,
             capacity=self.row_capacity,
             micro_batch_size=self.micro_batch_size,
@@ -462,7 +481,43 @@ class MicroBatchSampler:
         epoch = self.epoch
         if position >= len(self) > 0:
             epoch, position = epoch + 1, 0
-        return {"epoch": epoch, "position": position, **self._fingerprint()}
+        state = {"epoch": epoch, "position": position, **self._fingerprint()}
+        if self._remainder is not None and self._remainder[0] == epoch:
+            # This epoch's plan is the remainder of an earlier plan: keep how to rebuild it.
+            state["resumed_from"] = self._remainder[2]
+        return state
+
+    def consumed_and_left(self, state: dict[str, Any]) -> tuple[list[int], list[int]]:
+        """The samples a saved state's epoch had trained and had left (in its plan's order),
+        from the saved plan rebuilt with the saved settings (same data needed)."""
+        saved = MicroBatchSampler(
+            self.lengths,
+            micro_batch_size=int(state["micro_batch_size"]),
+            grad_accum_steps=int(state["grad_accum_steps"]),
+            num_replicas=int(state["num_replicas"]),
+            seed=int(state["seed"]),
+            length_grouped=bool(state["length_grouped"]),
+            bucket_synchronized=bool(state["bucket_synchronized"]),
+            pad_to=_pad_policy(state.get("pad_to"), self._policy),
+            mega_batch_multiplier=int(state["mega_batch_multiplier"]),
+            packing=bool(state.get("packing", False)),
+            row_capacity=self.row_capacity,
+            anchor_grouped=bool(state.get("anchor_grouped", False)),
+            anchor_counts=self.anchor_counts,
+        )
+        epoch = int(state["epoch"])
+        earlier: list[int] = []
+        if "resumed_from" in state:  # that plan was itself a remainder: rebuild it first
+            earlier, left = saved.consumed_and_left(state["resumed_from"])
+            saved._remainder = (epoch, left, state["resumed_from"])
+        plan = saved.epoch_plan(epoch)
+        position = int(state["position"])
+        steps = max((len(row) for row in plan), default=0)
+        # Micro-step by micro-step, rank by rank: the order `deal` dealt them in.
+        flat = [(step, i) for step in range(steps) for row in plan for i in row[step]]
+        consumed = earlier + [i for step, i in flat if step < position]
+        left = [i for step, i in flat if step >= position]
+        return consumed, left
 
     def load_state_dict(self, state: dict[str, Any], *, allow_changed: Sequence[str] = ()) -> None:
         """Resume at a saved epoch and position; refuses a plan that would differ.
@@ -488,18 +543,66 @@ class MicroBatchSampler:
             )
         self.epoch = int(state["epoch"])
         position = int(state["position"])
+        self._remainder, self._cached, self.resume_note = None, None, ""
+        if "resumed_from" in state and not changed:
+            # The saved epoch was a remainder plan: rebuild it, then continue at the position.
+            _, left = self.consumed_and_left(state["resumed_from"])
+            self._remainder = (self.epoch, left, state["resumed_from"])
         if changed:
-            # Samples the saved plan had consumed over all ranks, in the new plan's micro-batches.
-            size = int(state.get("micro_batch_size", self.micro_batch_size))
-            ranks = int(state.get("num_replicas", self.num_replicas))
-            position = position * size * ranks // (self.micro_batch_size * self.num_replicas)
-            position -= position % self.grad_accum_steps
-            position = min(position, len(self))
+            position = self._resume_changed(state, changed, position)
         self._position = position
         if not 0 <= self._position <= len(self):
             raise ValueError(
                 f"saved position {self._position} is outside this epoch's {len(self)} micro-batches"
             )
+
+    def _resume_changed(self, state: dict[str, Any], changed: list[str], position: int) -> int:
+        """A resume with changed plan settings: exact when the data is the same (the saved
+        epoch's untrained samples become this epoch's plan), else moved by samples consumed.
+        Returns the position to continue at; `resume_note` says what happened and counts."""
+        names = ", ".join(
+            f"{CONFIG_FIELDS[k]}: {state[k]!r} -> {getattr(self, k, None)!r}"
+            if hasattr(self, k)
+            else CONFIG_FIELDS[k]
+            for k in changed
+        )
+        reason = None
+        if "num_samples" in changed:
+            reason = "the data changed, so the saved plan cannot be rebuilt"
+        elif state.get("anchor_grouped") and self.anchor_counts is None:
+            reason = "the saved plan was anchor-grouped and this run has no anchor counts"
+        if reason is None:
+            consumed, left = self.consumed_and_left(state)
+            self._remainder = (self.epoch, left, {k: v for k, v in state.items()})
+            repeated = len(consumed) + len(left) - len(set(consumed) | set(left))
+            skipped = len(self.lengths) - len(set(consumed) | set(left))
+            self.resume_note = (
+                f"data order changed ({names}): exact, the resumed epoch {self.epoch} trains the "
+                f"{len(left)} samples the checkpoint had not trained ({repeated} repeated, "
+                f"{skipped} skipped)"
+            )
+            return 0
+        # Samples the saved plan had consumed over all ranks, in the new plan's micro-batches.
+        size = int(state.get("micro_batch_size", self.micro_batch_size))
+        ranks = int(state.get("num_replicas", self.num_replicas))
+        samples = position * size * ranks
+        position = samples // (self.micro_batch_size * self.num_replicas)
+        position -= position % self.grad_accum_steps
+        position = min(position, len(self))
+        self.resume_note = (
+            f"data order changed ({names}): not exact ({reason}); the epoch continues after "
+            f"about {samples} samples, so up to one window of samples may repeat or be skipped "
+            "(the count is unknown)"
+        )
+        return position
+
+
+def _pad_policy(saved: Any, policy: ShapePolicy) -> PadTo | ShapePolicy:
+    """The saved plan's pad_to as a plan input (this run's policy when it is unchanged)."""
+    current = list(policy.pad_to) if isinstance(policy.pad_to, tuple) else policy.pad_to
+    if saved == current:
+        return policy
+    return tuple(saved) if isinstance(saved, list) else saved
 
 
 def sampler_from_config(

@@ -14,6 +14,7 @@ target runs per document (never across a row), see `document_features`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,8 @@ FeatureFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Ten
 # The packed collator's per-token keys (int64 [B, S]) and the value of a padding position:
 # padding belongs to no document (-1), has position 0 and sample id 0.
 PACKING_KEYS = {DOCUMENT_IDS: -1, POSITION_IDS: 0, DOCUMENT_SAMPLE_IDS: 0}
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,11 @@ class LocalBatchSource:
 
     def micro_batches_per_epoch(self) -> int:
         """Micro-batches per rank per epoch (the sampler pads it to a multiple of accum)."""
-        return len(self.sampler)
+        return self.sampler.full_epoch_length()
+
+    def windows_in_epoch(self, epoch: int) -> int:
+        """Optimizer windows of `epoch` (fewer in an epoch resumed with changed sizes)."""
+        return len(self.sampler.epoch_plan(epoch)[self.rank]) // self.accum
 
     def warmup_batches(self) -> list[Mapping[str, Any]]:
         """One dummy batch per static length, on the device."""
@@ -242,6 +249,8 @@ class LocalBatchSource:
                 "version, or start a new run"
             )
         self.sampler.load_state_dict(state, allow_changed=allow_changed)
+        if self.sampler.resume_note and self.rank == 0:
+            log.warning("resume: %s", self.sampler.resume_note)
         return self.sampler.epoch, self.sampler.position // self.accum
 
     def stats(self) -> dict[str, float]:

@@ -285,8 +285,18 @@ class Trainer:
     # ------------------------------------------------------------------ plan
 
     def total_steps(self) -> int:
-        """Optimizer steps the run will take."""
-        return self.settings.total_steps(self.source.micro_batches_per_epoch())
+        """Optimizer steps the run will take (counted from where it stands: an epoch resumed
+        with changed sizes has its own number of windows)."""
+        settings = self.settings
+        total = settings.total_steps(self.source.micro_batches_per_epoch())
+        windows_in_epoch = getattr(self.source, "windows_in_epoch", None)
+        if windows_in_epoch is not None:
+            per_epoch = self.source.micro_batches_per_epoch() // settings.grad_accum_steps
+            later = per_epoch * max(0, settings.num_epochs - self.epoch - 1)
+            total = self.step + max(0, windows_in_epoch(self.epoch) - self.window) + later
+            if settings.max_steps is not None:
+                total = min(total, settings.max_steps)
+        return total
 
     # ------------------------------------------------------------------- fit
 
