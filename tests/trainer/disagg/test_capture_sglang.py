@@ -421,12 +421,18 @@ def test_the_fast_json_path_reads_what_json_loads_reads(chunks, decode_rows, spa
         ([[[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0]]], "rows of 4 and 3 values"),
         ([[[1.0, None, 3.0, 4.0]]], "other than numbers"),
         ([[[[1.0, 2.0, 3.0, 4.0]]]], "nested"),
+        (b"[[[1.0,,3.0,4.0]]]", "3 numbers where the layout holds 4"),
+        (b"[[[1.0,2-0,3.0,4.0]]]", "not a number"),
+        (b"[[[1.0,2.0,3.0,4.0] [5.0]]]", "not a list of rows"),
     ],
 )
 def test_bad_json_rows_are_mismatches(entries, message):
     from specdraft.trainer.disagg.capture.sglang_client import decode_reply
 
-    raw = _dumps({"meta_info": {"hidden_states": entries}}, False)
+    if isinstance(entries, bytes):  # what no JSON encoder writes, but a broken server might
+        raw = b'{"meta_info":{"hidden_states":' + entries + b"}}"
+    else:
+        raw = _dumps({"meta_info": {"hidden_states": entries}}, False)
     with pytest.raises(CaptureMismatch, match=message):
         decode_reply(raw, "reply")
 
