@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "regenerate": "specdraft.cli.regenerate_cmd:regenerate",
     "prepare-features": "specdraft.cli.prepare_features_cmd:prepare_features",
     "assets": "specdraft.cli.assets_cmd:assets",
+    "audit": "specdraft.cli.audit_cmd:audit",
 }
 
 # One-line summaries for `specdraft --help`, so listing commands imports none of them.
@@ -33,4 +34,5 @@ SUMMARIES: dict[str, str] = {
     "regenerate": "Rewrite a corpus's assistant turns with the target's own greedy answers.",
     "prepare-features": "Run the target once over the corpus and write offline feature shards.",
     "assets": "Build local assets (the tiny target) into a fixed folder.",
+    "audit": "Check a run's record: every sample trained exactly once per epoch?",
 }

@@ -25,6 +25,7 @@ from ..runtime.http_json import run_folder
 from .checkpoint_policy import CheckpointPolicy
 from .metrics import MetricsWriter
 from .resume import resume_trainer
+from .sample_record import RECORD_NAME, SampleRecord
 from .schedule import build_scheduler
 from .sources import BatchBuilder, BatchShape, LocalBatchSource
 from .trainer import BatchSource, RunOutput, Trainer, TrainSettings
@@ -208,6 +209,12 @@ def build_trainer(
         draft_config=draft_config,
         # Export casts the fp32 master weights to the dtype the config asks for.
         extra_state={"model_dtype": config.model.dtype, "run_id": config.run_id},
+        # Local data: which samples each step trained (a disaggregated run has its ledger).
+        samples=(
+            SampleRecord(output_dir / RECORD_NAME, enabled=ctx.is_main)
+            if data is not None
+            else None
+        ),
     )
     trainer = Trainer(
         backend=backend,

@@ -75,6 +75,8 @@ def resume_trainer(
     if position is not None:
         trainer.epoch, trainer.window = position
     apply_learning_rate(trainer, learning_rate, ctx=ctx)
+    if ctx.is_main and trainer.output.samples is not None:
+        trainer.output.samples.truncate_after(trainer.step)
     if ctx.is_main:
         dropped = trainer.writer.truncate_after(trainer.step)
         if dropped:

@@ -229,6 +229,12 @@ class LocalBatchSource:
     def acknowledge(self, epoch: int, window: int) -> None:
         """Nothing to free for local data."""
 
+    def window_samples(self, epoch: int, window: int) -> tuple[list[int], int]:
+        """The samples every rank trains in `window` of `epoch`, and the epoch's sample count."""
+        plan = self.sampler.epoch_plan(epoch)
+        micro = slice(window * self.accum, (window + 1) * self.accum)
+        return [i for row in plan for batch in row[micro] for i in batch], len(self.sampler.lengths)
+
     def data_state(self, epoch: int, window: int) -> dict[str, Any]:
         """The sampler's state at optimizer window `window` of `epoch` (saved in checkpoints)."""
         self.sampler.set_epoch(epoch)

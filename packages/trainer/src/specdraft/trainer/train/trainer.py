@@ -37,6 +37,7 @@ from ..runtime import DistContext, all_reduce_sum
 from .checkpoint import LoadedCheckpoint, find_latest, save_checkpoint
 from .checkpoint_policy import CheckpointPolicy
 from .metrics import MetricsWriter, PerfClock, peak_memory_mb
+from .sample_record import SampleRecord
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,8 @@ class RunOutput:
     draft_config: PretrainedConfig
     # Saved into trainer_state.json as is (the export dtype, the run id).
     extra_state: dict[str, Any] = field(default_factory=dict)
+    # The sample ids each optimizer step trained (local runs; `specdraft audit` reads it).
+    samples: SampleRecord | None = None
 
 
 @dataclass
@@ -377,12 +380,21 @@ class Trainer:
                 vector = vector[:-1]
                 grad_norm = self.optimizer_step(vector[1], vector[0])
         self.source.acknowledge(self.epoch, self.window)
+        self._record_samples()
         self.step += 1
         self.window += 1
         perf = clock.reset()
         elapsed = time.perf_counter() - self._step_start
         self._step_start = time.perf_counter()
         return self._record(vector, names, sums, samples, perf, grad_norm, elapsed)
+
+    def _record_samples(self) -> None:
+        """Append this step's sample ids to the run's record (rank 0, local data)."""
+        window_samples = getattr(self.source, "window_samples", None)
+        if self.output.samples is None or window_samples is None or not self.ctx.is_main:
+            return
+        ids, of = window_samples(self.epoch, self.window)
+        self.output.samples.append(self.step + 1, self.epoch, of, ids)
 
     def _after_step(self, record: StepRecord, run: _FitProgress) -> None:
         """Log, evaluate and checkpoint at their intervals."""
