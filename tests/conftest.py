@@ -36,6 +36,9 @@ FIRST = (
     "integration/test_disaggregated_managed.py",
     "integration/test_packing_disaggregated.py",
     "integration/test_quickstart.py",
+    # After the longest files, so that `make test`'s background build of build/vllm-venv (about
+    # five minutes cold) is done by then; the speculators file is short and stays last.
+    "serve/test_serve_vllm.py",
     "integration/test_disaggregated_mooncake.py",
     "integration/test_disaggregated_restart.py",
     "integration/test_distributed_equivalence.py",

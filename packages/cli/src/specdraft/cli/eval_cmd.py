@@ -103,9 +103,19 @@ def served(config: Any, checkpoint: str, vllm_python: str | None, fmt: str) -> N
 
     if checkpoint == "init":
         raise EvalUsageError("--engine vllm serves a trained checkpoint; give a step-* folder")
+    log = Path(config.output_dir) / "eval" / "vllm-serve.log"
     try:
         python = Path(vllm_python) if vllm_python else default_vllm_python()
-        result = served_acceptance(config, checkpoint, python=python)
+        log.parent.mkdir(parents=True, exist_ok=True)
+
+        def starting(version: str) -> None:
+            click.echo(
+                f"serving the held-out prompts with vLLM {version} ({python}), with the draft "
+                f"and without (a few minutes on CPU; vLLM's log: {log})",
+                err=True,
+            )
+
+        result = served_acceptance(config, checkpoint, python=python, log=log, on_start=starting)
     except VllmUnavailable as exc:
         raise EvalUsageError(str(exc)) from None
     except VllmChildFailed as exc:

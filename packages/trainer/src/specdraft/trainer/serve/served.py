@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +60,17 @@ def served_acceptance(
     python: Path,
     log: Path | None = None,
     timeout: float = 1800,
+    on_start: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """vLLM's acceptance of the checkpoint's draft next to specdraft's estimate (see module)."""
+    """vLLM's acceptance of the checkpoint's draft next to specdraft's estimate (see module);
+    `on_start(vllm_version)` is called once vLLM is found, before the long part."""
     from ..models import family_of_architecture
     from ..train.eval_run import evaluate_checkpoint, make_eval_records
     from ..train.export import checkpoint_dtype, export_checkpoint
 
     version = check_vllm_python(python)
+    if on_start is not None:
+        on_start(version)
     architecture = json.loads((Path(checkpoint) / "config.json").read_text())["architectures"][0]
     family = family_of_architecture(architecture).name
     dtype = checkpoint_dtype(checkpoint)
