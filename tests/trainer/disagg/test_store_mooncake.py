@@ -186,6 +186,63 @@ def test_embedded_capture_into_mooncake_read_by_a_trainer(master, tmp_path):
         writer.close()
 
 
+@inside
+def test_the_sglang_plugin_writes_into_mooncake_and_a_trainer_reads_it(master, tmp_path):
+    # SGLang's side: the plugin's own hook (in the SGLang stand-in, prefilling in chunks of 2)
+    # writes into Mooncake from a client of its own; the producer's client checks the
+    # reference against its store and a trainer reads the sample back.
+    import sglang_stub
+    from specdraft_sglang_plugin import feature_store
+
+    from specdraft.trainer.disagg.capture.sglang_client import SGLangCaptureClient
+    from specdraft.trainer.disagg.capture.sglang_launcher import plugin_environment
+    from specdraft.trainer.disagg.capture.target import load_capture_target
+
+    target = build_random_target(tmp_path / "target")
+    mooncake = _cfg(master).model_dump()
+    cfg = make_config(
+        target,
+        tmp_path,
+        algorithm="dspark",
+        disaggregated={"store": "mooncake", "mooncake": mooncake},
+    )
+    secret = "7d" * 32
+    os.environ.update(plugin_environment(cfg, secret))
+    producer = open_store(cfg.deployment.disaggregated, tmp_path, role="producer")
+    reader = open_store(cfg.deployment.disaggregated, tmp_path, role="trainer")
+    prompt, mask = [5, 6, 7, 8, 9], [0, 1, 1, 1, 1]
+    try:
+        stub = sglang_stub.SGLangStub(
+            load_capture_target(target, [0, 2], dtype="float32"),
+            model_path=str(target),
+            final_state=True,
+            chunk_size=2,
+            handoff=sglang_stub.prefill_handoff(),
+        )
+        with stub:
+            client = SGLangCaptureClient(
+                stub.url, capture_spec([0, 2], 64, algorithm="dspark"), producer, secret=secret
+            )
+            assert client.verify_server(timeout=30, run="testrun") is True
+            reply = client.capture(CaptureRequest("testrun", 8, 0, prompt, mask), timeout=60)
+        sample = read_sample(reader, reply)
+        hidden, last = reference_features(target, prompt, [0, 2])
+        tol = {"rtol": 1e-2, "atol": 1e-2}  # stored as bf16
+        torch.testing.assert_close(sample["hidden_states"].float(), hidden, **tol)
+        torch.testing.assert_close(sample["target_last_hidden_states"].float(), last, **tol)
+        for key in reply.keys():  # noqa: SIM118 (a reply is no dict)
+            reader.remove(key, force=True)
+        assert not any(producer.exists(key) for key in reply.keys())  # noqa: SIM118
+    finally:
+        os.environ.pop("SPECDRAFT_SGLANG_CAPTURE", None)
+        writer = feature_store._WRITER
+        if writer is not None and writer._store is not None:
+            writer._store.close()
+        feature_store.disable()
+        reader.close()
+        producer.close()
+
+
 @outside
 def test_master_command_binds_loopback_only():
     from specdraft.trainer.disagg.store.mooncake_master import master_command
