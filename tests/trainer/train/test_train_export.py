@@ -289,6 +289,10 @@ def test_export_never_writes_into_a_target_s_folder(trained, tiny_target_path, t
     )
     assert done.exit_code == 2
     assert f"--out {tiny_target_path} is the target's own folder" in done.output
+    # Nor over the checkpoint it exports (a draft's folder, so not caught as a model's).
+    done = export_cli(checkpoint, checkpoint, "--force")
+    assert done.exit_code == 2
+    assert f"--out {checkpoint} is the checkpoint's own folder" in done.output
 
 
 def test_speculators_export_needs_the_verifier(trained, tmp_path):

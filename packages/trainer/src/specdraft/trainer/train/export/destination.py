@@ -45,16 +45,17 @@ def foreign_model(folder: Path) -> str | None:
     return None
 
 
-def check_destination(out: Path, *, force: bool, protected: tuple[Path, ...] = ()) -> None:
-    """Refuse an `--out` that holds files (unless `force`), a model, or a protected folder."""
+def check_destination(out: Path, *, force: bool, protected: dict[str, Path] | None = None) -> None:
+    """Refuse an `--out` that holds files (unless `force`), a model, or a protected folder
+    (`protected`: what the folder is, e.g. "the target's" -> its path)."""
     if out.exists() and not out.is_dir():
         raise ExportRefused(f"--out {out} is a file, not a folder; choose a folder path")
     resolved = out.resolve()
-    for folder in protected:
+    for what, folder in (protected or {}).items():
         if resolved == Path(folder).resolve():
             raise ExportRefused(
-                f"--out {out} is the target's own folder; export writes config.json and "
-                "model.safetensors, which would replace the target's: choose another folder"
+                f"--out {out} is {what} own folder; export writes config.json and "
+                f"model.safetensors, which would replace {what}: choose another folder"
             )
     if not out.is_dir() or not any(out.iterdir()):
         return

@@ -59,7 +59,9 @@ def export_checkpoint(
     if format not in FORMATS:
         raise ExportRefused(f"--format {format!r} is not one of {sorted(FORMATS)}")
     out = Path(out)
-    protected = (Path(verifier),) if verifier and Path(verifier).is_dir() else ()
+    protected = {"the checkpoint's": Path(checkpoint)}
+    if verifier and Path(verifier).is_dir():
+        protected["the target's"] = Path(verifier)
     check_destination(out, force=force, protected=protected)
     model = load_checkpoint_draft(checkpoint, action="export")
     name = dtype or checkpoint_dtype(checkpoint)
