@@ -252,3 +252,11 @@ def test_a_failing_rank_ends_the_run_with_its_traceback(tmp_path, tiny_config):
     assert "RuntimeError: injected failure on rank 1" in done.stderr
     assert "Traceback" in done.stderr
     assert not (tiny_config.parent / "run" / "summary.json").exists()
+
+
+def test_two_sets_of_one_key_report_the_one_in_effect(tiny_config, no_launch):
+    first, last = "training.static_shape_buckets=[128]", "training.static_shape_buckets=[1000]"
+    result = train(str(tiny_config), "--dry-run", "--set", first, "--set", last)
+    assert result.exit_code == 2
+    assert f"(from --set {last})" in result.output
+    assert f"(from --set {first})" not in result.output

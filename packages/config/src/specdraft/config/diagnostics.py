@@ -79,7 +79,8 @@ def _clean_loc(loc: Iterable[Any]) -> KeyPath:
 
 def _attribute(problem: Problem, overrides: Iterable[str]) -> Problem:
     """Say so when a problem comes from a `--set` override rather than from the file."""
-    for item in overrides:
+    # The last override of a key is the one in effect: search from the end.
+    for item in reversed(list(overrides)):
         try:
             parts, _ = parse_override(item)
         except ValueError:

@@ -17,6 +17,7 @@ $SPECDRAFT_RUN_SECRET, and every request between them carries it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -138,7 +139,8 @@ def run_managed(
         run_dir, health_timeout_s=dis.health_timeout_s, shutdown_timeout_s=dis.shutdown_timeout_s
     )
     trainers: subprocess.Popen[bytes] | None = None
-    previous = _stop_on_sigterm()
+    stop = _StopTrainers()
+    previous = stop.install()
     try:
         if dis.store == "mooncake" and dis.mooncake.manage_master:
             supervisor.start(mooncake_service(config))
@@ -166,11 +168,15 @@ def run_managed(
         )
         # Their stdout carries only their own summary, which this function returns for the
         # caller to print: dropped, so the summary is printed once. Logs go to stderr.
+        # In a session of their own: a Ctrl-C reaches them once, forwarded by _StopTrainers
+        # (a second copy from the terminal would stop them at once, without a checkpoint).
         trainers = subprocess.Popen(
             trainer_command(config_path, overrides, resume, plan, progress, allow_changed),
             stdout=subprocess.DEVNULL,
             env={**os.environ, **threads, **secret_env},
+            start_new_session=True,
         )
+        stop.trainers = trainers
         while trainers.poll() is None:
             supervisor.check()  # restarts the producer; raises ServiceDied for the others
             time.sleep(supervisor.poll_s)
@@ -197,21 +203,34 @@ def run_managed(
     finally:
         supervisor.stop_all()
         log.info("services stopped (%s)", ", ".join(supervisor.stop_order) or "none started")
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     summary_file = run_dir / "summary.json"
     return json.loads(summary_file.read_text()) if summary_file.is_file() else None
 
 
-def _stop_on_sigterm() -> Any:
-    """Turn SIGTERM into SystemExit so the services are stopped; the previous handler."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
+class _StopTrainers:
+    """SIGTERM / Ctrl-C of a managed run: before the trainers start, stop (SystemExit, the
+    services are stopped); once they run, pass each signal on to them: the first makes them
+    save at the next optimizer step and exit (the services keep serving until they have), a
+    second stops them at once (train/preempt.py)."""
 
-    def stop(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
+    def __init__(self) -> None:
+        self.trainers: subprocess.Popen[bytes] | None = None
 
-    return signal.signal(signal.SIGTERM, stop)
+    def install(self) -> dict[int, Any]:
+        """Handle SIGTERM and SIGINT; the previous handlers."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        trainers = self.trainers
+        if trainers is None or trainers.poll() is not None:
+            raise SystemExit(128 + signum)
+        log.info("%s: asking the trainer ranks to stop", signal.Signals(signum).name)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(trainers.pid, signal.SIGTERM)
 
 
 def start_capture_servers(
