@@ -60,6 +60,31 @@ def records_path(config: Config, data_fingerprint: str) -> Path:
     return Path(config.output_dir) / "eval" / f"records-{digest}.safetensors"
 
 
+class NoEvalPrompts(ValueError):
+    """The eval set has no row with a prompt before its first assistant turn."""
+
+
+def assistant_header_length(config: Config) -> int:
+    """Tokens the chat template puts before an assistant's answer (0 when unknown)."""
+    from ..data.chat_template import render_chat, resolve_chat_template
+    from ..data.dataset import load_tokenizer
+
+    try:
+        tokenizer, path = load_tokenizer(config)
+        template = resolve_chat_template(config.data.chat_template, tokenizer, tokenizer_path=path)
+        messages = [{"role": "user", "content": "x"}]
+        rendered = [
+            render_chat(template, messages, tokenizer, add_generation_prompt=flag)
+            for flag in (True, False)
+        ]
+        with_header, without = (
+            tokenizer(text, add_special_tokens=False)["input_ids"] for text in rendered
+        )
+    except Exception:  # a template that cannot render this: keep every prompt
+        return 0
+    return max(0, len(with_header) - len(without))
+
+
 def make_eval_records(
     config: Config, *, extractor: TargetFeatureExtractor | None = None, progress: bool = False
 ) -> tuple[list[EvalRecord], str]:
@@ -82,12 +107,22 @@ def make_eval_records(
             dtype=target_dtype(device),
         )
     prompts = []
+    # A prompt of the assistant header alone (a row that opens with the assistant) asks the
+    # target nothing: such rows are left out, and an eval set of only those is refused.
+    header = assistant_header_length(config)
     for row in dataset:
         prompt = prompt_of(torch.tensor(row["input_ids"]), torch.tensor(row["loss_mask"]))
-        if prompt is not None:
+        if prompt is not None and len(prompt) > header:
             prompts.append(prompt)
         if len(prompts) >= config.data.max_eval_samples:
             break
+    if not prompts:
+        # Without a prompt there is nothing to verify drafts against: a tau would be made up.
+        raise NoEvalPrompts(
+            f"data.eval_paths: none of the {len(dataset)} usable rows has a prompt (a user or "
+            "system turn before the first assistant turn), so there is nothing to evaluate. "
+            "Fix: give the eval rows a user turn before the assistant's, or drop data.eval_paths"
+        )
     target = extractor.model
     generation = getattr(target, "generation_config", None)
     eos = getattr(generation, "eos_token_id", None) or getattr(target.config, "eos_token_id", 0)

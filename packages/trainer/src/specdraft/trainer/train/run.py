@@ -73,8 +73,10 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from ..features.meta import FeatureMismatch
     from ..integrity import CorruptFile
     from .checkpoint import CheckpointMismatch, NothingToResume
+    from .eval_run import NoEvalPrompts
 
     return (
+        NoEvalPrompts,
         CheckpointMismatch,
         CorruptFile,
         NothingToResume,
