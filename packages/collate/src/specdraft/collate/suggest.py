@@ -9,8 +9,10 @@ max_length. best[t][c] = the least cost of the cells 1..c with t buckets, the la
     best[1][c] = 128 c W(1..c)
     best[t][c] = min over p < c of best[t-1][p] + 128 c W(p+1..c)
 
-where W(a..b) is the rows of the micro-batches whose longest sample lies in cells a..b. That is
-O(K M^2): 64 cells at max_length 8192.
+where W(a..b) is the rows of the micro-batches whose longest sample lies in cells a..b. Only
+cells that hold a longest sample can be optimal buckets, so c and p run over those m cells:
+O(K m^2), whatever max_length (64 cells at 8192, 8192 at 1M, but m is the corpus's distinct
+lengths on the grid).
 """
 
 from __future__ import annotations
@@ -59,7 +61,14 @@ def bucket_cost(buckets: Sequence[int], weights: Sequence[int]) -> int:
 
 
 def optimal_buckets(weights: Sequence[int], k: int) -> tuple[int, ...]:
-    """The k grid lengths (last = the top cell) that minimise bucket_cost for `weights`."""
+    """The k grid lengths (last = the top cell) that minimise bucket_cost for `weights`.
+
+    Only cells that hold a micro-batch's longest sample (and the top cell) can be an optimal
+    bucket: a bucket above an empty cell moves down to the fullest-below cell for less or the
+    same cost. So the program runs over those m cells, O(k m^2) instead of O(k M^2) over the
+    whole grid (at max_length 1M, M = 8192 cells but m is the corpus's distinct 128-token
+    lengths). Buckets beyond m change nothing; the lowest unused cells fill them.
+    """
     cells = len(weights) - 1
     if not 1 <= k <= cells:
         raise ValueError(
@@ -69,24 +78,28 @@ def optimal_buckets(weights: Sequence[int], k: int) -> tuple[int, ...]:
     prefix = [0] * (cells + 1)
     for c in range(1, cells + 1):
         prefix[c] = prefix[c - 1] + weights[c]
+    places = [c for c in range(1, cells) if weights[c]] + [cells]
+    m = len(places)
+    used = min(k, m)
     inf = float("inf")
-    best = [[inf] * (cells + 1) for _ in range(k + 1)]
-    parent = [[0] * (cells + 1) for _ in range(k + 1)]
-    for c in range(1, cells + 1):
-        best[1][c] = BUCKET_QUANTUM * c * prefix[c]
-    for t in range(2, k + 1):
-        for c in range(t, cells + 1):
-            size = BUCKET_QUANTUM * c
-            for p in range(t - 1, c):
-                candidate = best[t - 1][p] + size * (prefix[c] - prefix[p])
-                # Strictly less: on a tie the smaller lower bucket wins, so the answer is stable.
-                if candidate < best[t][c]:
-                    best[t][c], parent[t][c] = candidate, p
-    chosen, c = [], cells
-    for t in range(k, 0, -1):
-        chosen.append(c * BUCKET_QUANTUM)
-        c = parent[t][c]
-    return tuple(reversed(chosen))
+    best = [[inf] * m for _ in range(used + 1)]
+    parent = [[0] * m for _ in range(used + 1)]
+    for j, c in enumerate(places):
+        best[1][j] = BUCKET_QUANTUM * c * prefix[c]
+    for t in range(2, used + 1):
+        for j in range(t - 1, m):
+            size = BUCKET_QUANTUM * places[j]
+            for i in range(t - 2, j):
+                candidate = best[t - 1][i] + size * (prefix[places[j]] - prefix[places[i]])
+                if candidate < best[t][j]:
+                    best[t][j], parent[t][j] = candidate, i
+    chosen, j = [], m - 1
+    for t in range(used, 0, -1):
+        chosen.append(places[j])
+        j = parent[t][j]
+    spare = (c for c in range(1, cells + 1) if c not in set(chosen))
+    chosen += [next(spare) for _ in range(k - used)]
+    return tuple(sorted(c * BUCKET_QUANTUM for c in chosen))
 
 
 def suggest_buckets(
