@@ -189,3 +189,33 @@ def test_the_cli_documents_the_exit_status_it_uses():
 
     text = CliRunner().invoke(cli, ["train", "--help"]).output
     assert "status 75" in " ".join(text.split()) and "--stop-timeout" in text
+
+
+@pytest.mark.slow
+def test_under_torchrun_the_ranks_save_the_step_torchrun_stops_them_at(tiny_target_path, tmp_path):
+    """torchrun forwards SIGTERM to its ranks (and gives them its own 30 s): they save."""
+    run = tmp_path / "run"
+    config = write_config(tmp_path / "run.toml", tiny_run(tiny_target_path, run, **SETTINGS))
+    torchrun = Path(sys.executable).with_name("torchrun")
+    command = [str(torchrun), "--nproc-per-node", "2", "-m", "specdraft.cli", "train"]
+    command += [str(config), "--no-progress", "--set", "deployment.nproc_per_node=2"]
+    env = {**clean_env(), "GLOO_SOCKET_IFNAME": "lo"}
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 2):
+        assert process.poll() is None, process.stderr.read()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(process.pid, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    (saved,) = sorted((run / "checkpoints").glob("step-*"))
+    assert f"checkpoint {saved}; continue with --resume latest" in stderr
+    assert saved.name != "step-0000010"
