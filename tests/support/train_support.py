@@ -97,3 +97,16 @@ def one_rank() -> Iterator[Any]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def fit_run(settings: Mapping[str, Any], **kwargs: Any) -> Any:
+    """Build the trainer of a config mapping on one in-process rank, fit it, close its metrics;
+    the FitResult (`kwargs` go to build_trainer: resume=, allow_changed=)."""
+    from specdraft.config import validate_config
+    from specdraft.trainer.train.assembly import build_trainer
+
+    with one_rank() as ctx:
+        trainer = build_trainer(validate_config(dict(settings)), ctx, progress=False, **kwargs)
+        result = trainer.fit()
+        trainer.writer.close()
+        return result

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from train_support import DIST_ENV, merge, one_rank, single_thread, tiny_run, write_config
+from train_support import DIST_ENV, fit_run, merge, one_rank, single_thread, tiny_run, write_config
 
 from specdraft.config import validate_config
 
@@ -25,14 +25,7 @@ def _one_thread():
     os.environ.update({k: v for k, v in saved.items() if v is not None})
 
 
-def fit(settings: dict, **kwargs):
-    from specdraft.trainer.train.assembly import build_trainer
-
-    with one_rank() as ctx:
-        trainer = build_trainer(validate_config(settings), ctx, progress=False, **kwargs)
-        result = trainer.fit()
-        trainer.writer.close()
-        return result
+fit = fit_run
 
 
 def steps(run: Path) -> list[int]:

@@ -16,9 +16,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from train_support import DIST_ENV, one_rank, single_thread, tiny_run, write_config
+from train_support import DIST_ENV, fit_run, single_thread, tiny_run, write_config
 
-from specdraft.config import validate_config
 from specdraft.trainer.train import checkpoint as checkpoint_module
 from specdraft.trainer.train.metrics import MetricsWriter, read_metrics
 
@@ -29,14 +28,7 @@ def _one_thread():
         yield
 
 
-def fit(settings: dict):
-    from specdraft.trainer.train.assembly import build_trainer
-
-    with one_rank() as ctx:
-        trainer = build_trainer(validate_config(settings), ctx, progress=False)
-        result = trainer.fit()
-        trainer.writer.close()
-        return result
+fit = fit_run
 
 
 def full_disk_on(saves: set[int], monkeypatch) -> list[int]:

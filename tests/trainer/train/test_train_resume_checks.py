@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from train_support import merge, one_rank, single_thread, tiny_run, write_config
+from train_support import fit_run, merge, one_rank, single_thread, tiny_run, write_config
 
 from specdraft.config import validate_config
 from specdraft.trainer.train.checkpoint import CheckpointMismatch
@@ -34,14 +34,7 @@ def build(settings: dict, **kwargs):
         return trainer
 
 
-def fit(settings: dict, **kwargs):
-    from specdraft.trainer.train.assembly import build_trainer
-
-    with one_rank() as ctx:
-        trainer = build_trainer(validate_config(settings), ctx, progress=False, **kwargs)
-        result = trainer.fit()
-        trainer.writer.close()
-        return result
+fit = fit_run
 
 
 @pytest.fixture(scope="module")
