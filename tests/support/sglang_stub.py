@@ -125,6 +125,22 @@ def stock_append_prefill_hidden_states(
     return end
 
 
+def hand_over_chunk(
+    handoff: Any, req: Any, batch_rows: torch.Tensor, *, offset: int, size: int, store: bool
+) -> int:
+    """One call of the scheduler's prefill hand-off: this request's `size` rows start at
+    `offset` in the batch's rows; returns the next request's offset."""
+    return handoff(
+        None,
+        req=req,
+        logits_output=SimpleNamespace(hidden_states=batch_rows),
+        hidden_state_offset=offset,
+        capture_hidden_mode=FULL_CAPTURE,
+        extend_input_len=size,
+        store=store,
+    )
+
+
 def prefill_handoff() -> Any:
     """The hand-off as this process has it: stock, or through the plugin's hook when it is
     configured ($SPECDRAFT_SGLANG_CAPTURE)."""
@@ -256,15 +272,7 @@ class SGLangStub(JsonService):
             chunk = rows[start : start + size]
             middle = start + size < len(rows)
             req.inflight_middle_chunks = 1 if middle else 0
-            self.handoff(
-                None,
-                req=req,
-                logits_output=SimpleNamespace(hidden_states=chunk),
-                hidden_state_offset=0,
-                capture_hidden_mode=FULL_CAPTURE,
-                extend_input_len=len(chunk),
-                store=not middle,
-            )
+            hand_over_chunk(self.handoff, req, chunk, offset=0, size=len(chunk), store=not middle)
 
 
 def parse_args(

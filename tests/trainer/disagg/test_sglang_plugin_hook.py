@@ -9,13 +9,17 @@ from __future__ import annotations
 import stat
 import tempfile
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_stub import FULL_CAPTURE, StubAbort, StubReq, stock_append_prefill_hidden_states
+from sglang_stub import (
+    StubAbort,
+    StubReq,
+    hand_over_chunk,
+    stock_append_prefill_hidden_states,
+)
 from sglang_venv import PLUGIN_SRC
 
 from specdraft.trainer.disagg.store.base import StoreError
@@ -76,21 +80,15 @@ def hand_over(req: StubReq, rows: torch.Tensor, chunks: list[int], *, pad: int =
         calls.append(kwargs)
         return stock_append_prefill_hidden_states(processor, **kwargs)
 
+    def hooked(processor, **kwargs):
+        return feature_store.capture_prefill_rows(stock, processor, **kwargs)
+
     start = 0
     for i, size in enumerate(chunks):
         middle = i < len(chunks) - 1
         req.inflight_middle_chunks = 1 if middle else 0
         batch = torch.cat([torch.full((pad, rows.shape[1]), 7.0), rows[start : start + size]])
-        end = feature_store.capture_prefill_rows(
-            stock,
-            None,
-            req=req,
-            logits_output=SimpleNamespace(hidden_states=batch),
-            hidden_state_offset=pad,
-            capture_hidden_mode=FULL_CAPTURE,
-            extend_input_len=size,
-            store=not middle,
-        )
+        end = hand_over_chunk(hooked, req, batch, offset=pad, size=size, store=not middle)
         assert end == pad + size  # the next request's offset, as SGLang's own method returns
         start += size
     return calls
@@ -189,16 +187,12 @@ def test_requests_that_are_not_specdrafts_are_left_exactly_to_stock_sglang(tmp_p
 
 
 def _one_call(req: StubReq, rows: torch.Tensor, *, store: bool) -> None:
-    feature_store.capture_prefill_rows(
-        stock_append_prefill_hidden_states,
-        None,
-        req=req,
-        logits_output=SimpleNamespace(hidden_states=rows),
-        hidden_state_offset=0,
-        capture_hidden_mode=FULL_CAPTURE,
-        extend_input_len=len(rows),
-        store=store,
-    )
+    def hooked(processor, **kwargs):
+        return feature_store.capture_prefill_rows(
+            stock_append_prefill_hidden_states, processor, **kwargs
+        )
+
+    hand_over_chunk(hooked, req, rows, offset=0, size=len(rows), store=store)
 
 
 class FailingStore(LocalFeatureStore):

@@ -74,9 +74,12 @@ def capture_prefill_rows(original: Any, processor: Any, *args: Any, **kwargs: An
     every other request to SGLang's own method."""
     writer = _WRITER
     target = writer.target_of(kwargs.get("req")) if writer is not None and not args else None
-    if target is None:
+    mode = kwargs.get("capture_hidden_mode")
+    # Only the last token's state captured: stock SGLang sends that one row, and the client's
+    # row-count check names the fix.
+    if target is None or mode is None or not mode.is_full():
         return original(processor, *args, **kwargs)
-    return writer.take_chunk(original, processor, target, **kwargs)
+    return writer.take_chunk(target, **kwargs)
 
 
 def finish_abort(message: str, status_code: int) -> Any:
@@ -133,8 +136,6 @@ class FeatureWriter:
 
     def take_chunk(
         self,
-        original: Any,
-        processor: Any,
         target: Any,
         *,
         req: Any,
@@ -144,19 +145,9 @@ class FeatureWriter:
         extend_input_len: int,
         store: bool = True,
     ) -> int:
-        """One prefill chunk of a specdraft request; returns the next offset, as SGLang's does."""
-        if not capture_hidden_mode.is_full():
-            # Only the last token's state is captured: stock SGLang sends that one row, and the
-            # client's row-count check names the fix.
-            return original(
-                processor,
-                req=req,
-                logits_output=logits_output,
-                hidden_state_offset=hidden_state_offset,
-                capture_hidden_mode=capture_hidden_mode,
-                extend_input_len=extend_input_len,
-                store=store,
-            )
+        """One prefill chunk (full capture) of a specdraft request; returns the next offset, as
+        SGLang's own method does."""
+        del capture_hidden_mode  # full: the caller checked
         start, end = hidden_state_offset, hidden_state_offset + extend_input_len
         middle = (
             not store
@@ -197,7 +188,8 @@ class FeatureWriter:
 
 
 class PromptRows:
-    """A prompt's rows collected chunk by chunk into CPU tensors of its full length."""
+    """A prompt's rows: those of a one-chunk prefill as they are, those of several chunks
+    collected chunk by chunk into CPU tensors of the prompt's full length."""
 
     def __init__(self, writer: FeatureWriter, seq_len: int) -> None:
         self.writer = writer
@@ -226,20 +218,31 @@ class PromptRows:
         if self.filled + count > self.seq_len:
             self.error = f"more hidden-state rows than the prompt's {self.seq_len} tokens"
             return
-        if self.hidden is None:
-            self.hidden = torch.empty((self.seq_len, layers * width), dtype=self.writer.dtype)
+        dtype = self.writer.dtype
+        if self.filled == 0 and count == self.seq_len:
+            # The whole prompt in one chunk (the common case): written from SGLang's rows as
+            # they are (a view when the layers are in order), with no staging copy.
+            self.hidden = self._layers(rows).to(dtype)
             if spec.with_last_hidden:
-                self.last = torch.empty((self.seq_len, width), dtype=self.writer.dtype)
+                self.last = rows[:, layers * width :].to(dtype)
+            self.filled = count
+            return
+        if self.hidden is None:
+            self.hidden = torch.empty((self.seq_len, layers * width), dtype=dtype)
+            if spec.with_last_hidden:
+                self.last = torch.empty((self.seq_len, width), dtype=dtype)
         at = slice(self.filled, self.filled + count)
-        order = self.writer.order
-        if order == sorted(order):
-            self.hidden[at].copy_(rows[:, : layers * width])
-        else:
-            blocks = [rows[:, i * width : (i + 1) * width] for i in order]
-            self.hidden[at].copy_(torch.cat(blocks, dim=-1))
+        self.hidden[at].copy_(self._layers(rows))  # device to host, chunk after chunk
         if self.last is not None:
             self.last[at].copy_(rows[:, layers * width :])
         self.filled += count
+
+    def _layers(self, rows: torch.Tensor) -> torch.Tensor:
+        """The tapped layers of the rows in the config's order (SGLang's are ascending)."""
+        order, width = self.writer.order, self.writer.spec.hidden_size
+        if order == sorted(order):
+            return rows[:, : len(order) * width]
+        return torch.cat([rows[:, i * width : (i + 1) * width] for i in order], dim=-1)
 
     def write(self, target: Any, input_ids: Any) -> Any:
         """Store the whole prompt's features; the reply of what was written (or raise, with
