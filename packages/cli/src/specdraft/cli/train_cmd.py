@@ -251,22 +251,27 @@ def report_outcome(summary: dict | None) -> None:
 
     if not summary:
         return
+    # Under torchrun every rank is a `specdraft train`: rank 0 speaks, all exit alike.
+    quiet = os.environ.get("RANK", "0") != "0"
     if USER_ERROR in summary:
+        if quiet:
+            sys.exit(CONFIG_ERROR_EXIT)
         usage_exit(summary[USER_ERROR])
-    click.echo(json.dumps(summary, indent=2))
-    for line in summary_lines(summary):
-        click.echo(line)
     stopped = summary.get("stopped")
-    if stopped == "signal":
-        click.echo(
-            f"{summary.get('stop_message')} at step {summary.get('final_step')}: checkpoint "
-            f"{summary.get('checkpoint')}; continue with --resume latest",
-            err=True,
-        )
-        sys.exit(STOPPED_EXIT)
+    if not quiet:
+        click.echo(json.dumps(summary, indent=2))
+        for line in summary_lines(summary):
+            click.echo(line)
+        if stopped == "signal":
+            click.echo(
+                f"{summary.get('stop_message')} at step {summary.get('final_step')}: "
+                f"checkpoint {summary.get('checkpoint')}; continue with --resume latest",
+                err=True,
+            )
+        elif stopped:
+            click.echo(f"Error: {summary.get('stop_message')}", err=True)
     if stopped:
-        click.echo(f"Error: {summary.get('stop_message')}", err=True)
-        sys.exit(1)
+        sys.exit(STOPPED_EXIT if stopped == "signal" else 1)
 
 
 def usage_exit(message: str) -> NoReturn:
