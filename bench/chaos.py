@@ -12,8 +12,8 @@ whole run (a preemption). Whenever the run ends before its last step, it is star
 the producer ledger's exactly-once audit (samples trained more than once, samples never
 trained, per epoch) and whether the final weights equal the uninterrupted run's.
 
-The first fault waits for the first checkpoint; each later one for two more trained steps after
-the launch, then a seeded 0-4 s.
+The first fault waits for the first checkpoint; each later one for two steps trained since the
+launch (or the last fault), then a seeded 0-2 s.
 """
 
 from __future__ import annotations
@@ -75,16 +75,29 @@ def command(run_dir: Path, target: str, steps: int, store: str, resume: bool) ->
     return argv + (["--resume", "latest"] if resume else [])
 
 
-def trained_steps(run_dir: Path) -> int:
-    """The last step in metrics.jsonl (0 before the first)."""
+def trained_steps(run_dir: Path, since: float = 0.0) -> int:
+    """Steps in metrics.jsonl logged after the wall time `since` (all of them: since = 0)."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return 0
-    steps = [0]
+    count = 0
     for line in path.read_text().splitlines():
         try:
+            row = json.loads(line)
+            count += "loss" in row and float(row["time"]) >= since
+        except (ValueError, KeyError, TypeError):
+            continue
+    return count
+
+
+def last_step(run_dir: Path) -> int:
+    """The newest step metrics.jsonl holds (0 before the first)."""
+    path = run_dir / "metrics.jsonl"
+    steps = [0]
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
             steps.append(int(json.loads(line)["step"]))
-        except (ValueError, KeyError):
+        except (ValueError, KeyError, TypeError):
             continue
     return max(steps)
 
@@ -166,24 +179,24 @@ def run_until_done(
                 stderr=console,
                 start_new_session=True,
             )
-        begun = trained_steps(run_dir)
         checkpoints = run_dir / "checkpoints"
+        launched = time.time()
         while len(done) < faults and process.poll() is None:
 
-            def ready(after: int = begun, folder: Path = checkpoints) -> bool:
+            def ready(after: float = launched, folder: Path = checkpoints) -> bool:
                 has_checkpoint = folder.is_dir() and any(folder.glob("step-*"))
-                return has_checkpoint and trained_steps(run_dir) >= after + 2
+                return has_checkpoint and trained_steps(run_dir, after) >= 2
 
             if not wait_for(ready, process, 600):
                 break
-            time.sleep(rng.uniform(0, 4))
+            time.sleep(rng.uniform(0, 2))
             if process.poll() is not None:
                 break
             picked = inject(rng, process.pid)
             if picked is None:
                 continue
             name, kind, pid, signum = picked
-            fault = Fault(launches, trained_steps(run_dir), name, kind)
+            fault = Fault(launches, last_step(run_dir), name, kind)
             try:
                 os.kill(pid, signum)
             except ProcessLookupError:
@@ -194,7 +207,7 @@ def run_until_done(
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
             # Did the run survive it? Give it a moment to fall over.
-            for _ in range(50):
+            for _ in range(30):
                 if process.poll() is not None:
                     break
                 time.sleep(0.2)
@@ -203,7 +216,7 @@ def run_until_done(
                 f"  fault {len(done):2d}: {name} {kind} at step {fault.step}: {fault.outcome}",
                 flush=True,
             )
-            begun = trained_steps(run_dir)
+            launched = time.time()  # the next fault waits for two more steps
         code = process.wait()
         if done and done[-1].outcome == "run ended":
             done[-1].outcome = f"run ended (status {code}), resumed"
