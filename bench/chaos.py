@@ -206,10 +206,13 @@ def run_until_done(
                 time.sleep(rng.uniform(2, 6))
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
-            # Did the run survive it? Give it a moment to fall over.
-            for _ in range(30):
-                if process.poll() is not None:
-                    break
+            # Did the run survive it? A run that stops takes its services down first (up to
+            # shutdown_timeout_s each): give it that long, unless it trains on meanwhile.
+            steps = trained_steps(run_dir)
+            deadline = time.monotonic() + 30
+            while process.poll() is None and time.monotonic() < deadline:
+                if trained_steps(run_dir) >= steps + 3:
+                    break  # training went on: it rode the fault out
                 time.sleep(0.2)
             fault.outcome = "survived" if process.poll() is None else "run ended"
             print(
