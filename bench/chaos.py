@@ -208,10 +208,10 @@ def run_until_done(
                     os.kill(pid, signal.SIGCONT)
             # Did the run survive it? A run that stops takes its services down first (up to
             # shutdown_timeout_s each): give it that long, unless it trains on meanwhile.
-            steps = trained_steps(run_dir)
+            logged = trained_steps(run_dir)
             deadline = time.monotonic() + 30
             while process.poll() is None and time.monotonic() < deadline:
-                if trained_steps(run_dir) >= steps + 3:
+                if trained_steps(run_dir) >= logged + 3:
                     break  # training went on: it rode the fault out
                 time.sleep(0.2)
             fault.outcome = "survived" if process.poll() is None else "run ended"
