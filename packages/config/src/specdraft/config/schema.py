@@ -689,6 +689,13 @@ class TrackingConfig(_Section):
         None, description="TensorBoard folder; defaults to <output_dir>/tensorboard."
     )
     progress_bar: bool = Field(True, description="Show a progress bar while training.")
+    peak_tflops: float | None = Field(
+        None,
+        gt=0,
+        description="Peak TFLOP/s per device that perf/mfu divides by; unset: the dense bf16 "
+        "peak of a known GPU (H100, H200, B200, B300, A100, ...), else a short GEMM probe's "
+        "measured rate (CPU, unknown GPUs).",
+    )
 
 
 # -------------------------------------------------------------------------------------- config

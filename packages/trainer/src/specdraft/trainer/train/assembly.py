@@ -259,6 +259,7 @@ def train_settings(config: Config, *, progress: bool) -> TrainSettings:
         compile_blocks=training.compile_blocks,
         progress_bar=config.tracking.progress_bar and progress,
         nonfinite_loss=training.nonfinite_loss,
+        peak_tflops=config.tracking.peak_tflops,
     )
 
 

@@ -139,6 +139,7 @@ class DryRunPlan:
 def dry_run_plan(config: Config, *, world_size: int) -> DryRunPlan:
     """Validate set-up without the cluster: build the draft on the meta device and plan."""
     from ..models import build_draft, family_of, load_target_config
+    from .flops import plan_line as flops_plan_line
 
     target_config = load_target_config(config.model.target)
     draft = build_draft(config.model, target_config, dtype=torch.float32, device="meta")
@@ -189,6 +190,7 @@ def dry_run_plan(config: Config, *, world_size: int) -> DryRunPlan:
         f"~{memory(frozen_bytes)} frozen embedding+LM head, ~{memory(logits_bytes)} logits "
         f"chunk, ~{memory(features_bytes)} target features per micro-batch",
         f"target:      {in_process_target_line(config, target_config, dtype_bytes)}",
+        f"flops:       {flops_plan_line(draft.config, config)}",
         f"output:      {config.output_dir}",
     ]
     return DryRunPlan(lines)

@@ -36,6 +36,7 @@ from ..models.target import TargetHead
 from ..runtime import DistContext, all_reduce_sum
 from .checkpoint import LoadedCheckpoint, find_latest, save_checkpoint
 from .checkpoint_policy import CheckpointPolicy
+from .flops import FlopMeter
 from .metrics import MetricsWriter, PerfClock, peak_memory_mb
 from .sample_record import SampleRecord
 
@@ -119,6 +120,7 @@ class TrainSettings:
     compile_blocks: bool = False
     progress_bar: bool = True
     nonfinite_loss: str = "stop"  # 'stop' or 'skip' (training.nonfinite_loss)
+    peak_tflops: float | None = None  # tracking.peak_tflops (perf/mfu's peak; None: detected)
 
     def total_steps(self, micro_batches_per_epoch: int) -> int:
         """Optimizer steps of a run whose source yields `micro_batches_per_epoch` per epoch."""
@@ -264,6 +266,8 @@ class Trainer:
         self.anchor_widths: list[int] = []
         # When the current step started (perf/step_ms and samples/s measure from here).
         self._step_start = time.perf_counter()
+        # Model FLOPs of each window (perf/model_tflops_per_s, perf/mfu); see flops.py.
+        self.flop_meter = FlopMeter.for_model(self.model, settings.peak_tflops, ctx.device)
 
     @property
     def model(self) -> nn.Module:
@@ -423,6 +427,7 @@ class Trainer:
         last = len(window) - 1
         self.pad_lengths = [int(batch["input_ids"].shape[1]) for batch in window]
         self.anchor_widths = [int(batch.get(ANCHOR_WIDTH, spec.num_anchors)) for batch in window]
+        self.flop_meter.count(window, spec.num_anchors)
         for index, batch in enumerate(window):
             with clock.train_compute(), self.backend.gradient_sync(index == last):
                 out = self.model(batch, head=self.head, spec=spec)
@@ -599,6 +604,7 @@ class Trainer:
         metrics["perf/data_wait_ms"] = perf["data_wait_ms"]
         metrics["perf/step_ms"] = elapsed_s * 1e3
         metrics["perf/samples_per_s"] = global_samples / elapsed_s if elapsed_s > 0 else 0.0
+        metrics.update(self.flop_meter.metrics(elapsed_s))
         if "blocks" in reduced and global_samples > 0:
             # Kept draft blocks per conversation: packing shares a row's anchors between its
             # documents, so this is what a conversation gets (samples count documents).
