@@ -35,6 +35,9 @@ class RunResult:
     step_total_ms: float = 0.0  # mean wall time per step (compute + data wait + logging)
     samples_per_step: float = 0.0
     samples_per_s: float = 0.0
+    # Median model TFLOP/s per device over the window and its MFU (train/flops.py); 0 = not logged.
+    model_tflops_per_s: float = 0.0
+    mfu: float = 0.0
     peak_memory_mb: float = 0.0  # max over ranks
     peak_memory_per_rank: list[float] = field(default_factory=list)
     positions_per_real_token: float = 0.0
@@ -100,6 +103,9 @@ def steady_result(result: RunResult, run_dir: Path, *, steady: int, online: bool
     result.compute_ms_mean = statistics.fmean(compute)
     result.data_wait_ms = statistics.fmean(float(r["perf/data_wait_ms"]) for r in window)
     result.step_total_ms = statistics.fmean(wall)
+    if all("perf/mfu" in r for r in window):
+        result.model_tflops_per_s = statistics.median(r["perf/model_tflops_per_s"] for r in window)
+        result.mfu = statistics.median(r["perf/mfu"] for r in window)
     result.samples_per_step = round(statistics.fmean(samples), 3)
     # Offline: samples per step over the steady step time (the reference's offline tables).
     # Online: over the mean wall time per step, which includes waiting for data.

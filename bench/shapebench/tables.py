@@ -17,6 +17,8 @@ OFFLINE_COLUMNS = (
     # steps, the mean is what throughput pays. Both over the same window.
     "mean step time (Δ)",
     "samples/s ({ranks})",
+    # Model FLOPs per device over the step's wall time, and that over the device's peak.
+    "model TFLOP/s (MFU)",
     "peak memory per rank",
     "Δ memory",
     "computed positions per real token",
@@ -30,6 +32,7 @@ OFFLINE_COLUMNS = (
 ONLINE_COLUMNS = (
     "variant",
     "steady samples/s ({ranks})",
+    "model TFLOP/s (MFU)",
     "train compute per step",
     "Δ compute vs {baseline}",
     "data wait per step",
@@ -88,6 +91,12 @@ def _anchors_per_conversation(row: RunResult) -> str:
     return f"{row.anchors_per_conversation:.1f}" if row.anchors_per_conversation else DASH
 
 
+def _mfu(row: RunResult) -> str:
+    if not row.mfu:
+        return DASH
+    return f"{row.model_tflops_per_s:.3g} ({100 * row.mfu:.1f}%)"
+
+
 def _compile_cells(row: RunResult) -> tuple[str, str]:
     variant = BY_KEY.get(row.variant)
     if variant is not None and not variant.compile_blocks and not row.compile_graphs:
@@ -144,6 +153,7 @@ def _offline_cells(row: RunResult, base: RunResult, is_base: bool) -> list[str]:
         fmt_ms(row.compute_ms_mean)
         + ("" if is_base else f" ({_percent(row.compute_ms_mean, base.compute_ms_mean)})"),
         f"{row.samples_per_s:.2f}",
+        _mfu(row),
         f"{row.peak_memory_mb:.0f} MB",
         DASH if is_base else fmt_delta(row.peak_memory_mb, base.peak_memory_mb, "MB"),
         _positions(row),
@@ -160,6 +170,7 @@ def _online_cells(row: RunResult, base: RunResult, is_base: bool) -> list[str]:
     return [
         BY_KEY[row.variant].label,
         f"{row.samples_per_s:.2f}",
+        _mfu(row),
         fmt_ms(row.compute_ms_mean),
         DASH if is_base else fmt_delta(row.compute_ms_mean, base.compute_ms_mean, "ms"),
         fmt_ms(row.data_wait_ms),

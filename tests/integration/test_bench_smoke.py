@@ -225,6 +225,8 @@ def test_harness_trains_every_variant_at_toy_size(tmp_path):
         assert run["status"] == "ok", run
         assert run["steps"] == 2 and run["steady_steps"] == 1
         assert run["step_ms"] > 0 and run["peak_memory_mb"] > 0
+        # Every row reports the model FLOP rate and MFU the run logged (train/flops.py).
+        assert run["model_tflops_per_s"] > 0 and run["mfu"] > 0, run
         assert run["positions_per_real_token"] >= 1.0
     report = (out / "tables.md").read_text()
     assert report == done.stdout  # the printed report and the written one agree
@@ -236,6 +238,7 @@ def test_harness_trains_every_variant_at_toy_size(tmp_path):
         assert [row["variant"] for row in table] == [BY_KEY[v].label for v in variants]
         for row in table:
             assert row["steady step time"].endswith(" ms"), row
+            assert row["model TFLOP/s (MFU)"].endswith("%)"), row
     # Padding to the longest sample never computes more positions than a static length.
     by_key = {(r["algorithm"], r["variant"]): r for r in runs}
     for algorithm in ("dflash2", "dspark"):
