@@ -39,8 +39,8 @@ GPU_PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
 
 # The probe: a few square products of this size, the best rate counts (a busy machine's slow
 # repeats are noise, not the hardware's rate).
-PROBE_SIZE = 512
-PROBE_REPEATS = 6
+PROBE_SIZE = 1024
+PROBE_REPEATS = 10
 
 
 @dataclass(frozen=True)
