@@ -13,8 +13,10 @@ The run: 10 steps over two epochs of 5 windows, checkpoints every 3 steps, a wat
 windows (16 samples), the harness's window timeouts (a hang fails after 240 s). One run meets
 both crashes, as a long run could: a trainer rank killed two windows past the checkpoint after
 step 3; once resumed, the capture server killed past the checkpoint after step 6 (the second
-crash is of a resumed run, in the second epoch); the last resume finishes it. Each launch starts
-every service again, so one run for both crashes saves two launches over a run per crash.
+crash is of a resumed run, in the second epoch; the launcher then stops the ranks with
+SIGTERM, so they save the step they stop at, or roll back to step 6 if they cannot); the last
+resume finishes it. Each launch starts every service again, so one run for both crashes saves
+two launches over a run per crash.
 """
 
 from __future__ import annotations
@@ -92,11 +94,16 @@ def test_a_rank_killed_past_its_checkpoint_leaves_the_watermark_full(crashed_run
 
 def test_a_killed_capture_server_stops_the_resumed_run_past_its_checkpoint(crashed_run):
     checkpoint, trained, held_after = crashed_run.capture_crash
-    # The ranks may finish the step they were on before the launcher stops them (the next
-    # checkpoint is two steps away): one or two windows to roll back. The watermark was full at
-    # the kill; a step trained after it frees its window's room, which the producer may already
-    # have begun to lease to the next window before its captures failed.
-    assert checkpoint == 6 and trained in (7, 8)
+    # The ranks may finish the step they were on before the launcher stops them: one or two
+    # windows past the checkpoint after step 6. The launcher stops them with SIGTERM, so they
+    # save the step they stop at (train/preempt.py) unless the stop lands after the grace; then
+    # the resume rolls back to step 6.
+    assert trained in (7, 8) and checkpoint in (6, trained)
+    if checkpoint == trained:
+        return
+    # Rolled back: the watermark was full at the kill; a step trained after it frees its
+    # window's room, which the producer may already have begun to lease to the next window
+    # before its captures failed.
     if trained == 7:
         assert held_after == HIGH_WATERMARK
     else:
@@ -107,10 +114,15 @@ def test_a_killed_capture_server_stops_the_resumed_run_past_its_checkpoint(crash
 
 def test_each_resume_rolls_back_and_the_run_trains_each_sample_once(crashed_run, tmp_path_factory):
     assert crashed_run.final.summary["final_step"] == STEPS
-    trained = crashed_run.capture_crash[1]
+    checkpoint, trained = crashed_run.capture_crash[:2]
     # Each launch's resume: a fresh start, back to step 3 (rolling back the two windows trained
-    # past it), back to step 6 (rolling back what the ranks trained before they stopped).
-    assert resumes(crashed_run.run_dir) == [(0, []), (3, [3, 4]), (6, list(range(6, trained)))]
+    # past it), then from the capture crash's checkpoint (rolling back what the ranks trained
+    # past it: nothing when they saved the step they stopped at).
+    assert resumes(crashed_run.run_dir) == [
+        (0, []),
+        (3, [3, 4]),
+        (checkpoint, list(range(checkpoint, trained))),
+    ]
     assert_trained_once_like_an_uninterrupted_run(
         crashed_run.run_dir, crashed_run.data, tmp_path_factory
     )
