@@ -102,7 +102,7 @@ def train(
     stop_timeout: float,
     no_progress: bool,
 ) -> None:
-    """Train a DFlash2 or DSpark drafter as CONFIG describes.
+    """Train a DFlash, DFlash2 or DSpark drafter as CONFIG describes.
 
     \b
     Runs deployment.nproc_per_node ranks (x deployment.nnodes): under torchrun it joins that
