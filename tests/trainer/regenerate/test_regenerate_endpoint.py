@@ -299,7 +299,12 @@ def test_ctrl_c_stops_a_pending_request_at_once(config_file, tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            # A terminal's Ctrl-C finds SIGINT deliverable; the test process may not pass it on
+            # so (a signal mask or SIG_IGN inherited from whatever ran before in this worker).
+            preexec_fn=_deliverable_sigint,
         )
+        # The child's signal state, said on failure (a blocked or ignored SIGINT never lands).
+        signal_state = _signal_state(proc.pid)
 
         def read() -> None:
             for line in proc.stdout:
@@ -316,7 +321,10 @@ def test_ctrl_c_stops_a_pending_request_at_once(config_file, tmp_path):
                 proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 # Say what the command printed, so a hang shows where it stopped.
-                pytest.fail(f"still running 120 s after Ctrl-C; its output: {lines}")
+                pytest.fail(
+                    f"still running 120 s after Ctrl-C; its output: {lines}; "
+                    f"its signal state at start: {signal_state}"
+                )
             exited_after = time.monotonic() - sent
             reader.join(10)
         finally:
@@ -328,3 +336,22 @@ def test_ctrl_c_stops_a_pending_request_at_once(config_file, tmp_path):
     # seconds on a busy machine, never the 300 s the pending request would have held it.
     assert aborted and aborted[0] < 5, lines
     assert exited_after < 60
+
+
+def _deliverable_sigint() -> None:
+    """In the child before exec: SIGINT unblocked and at its default disposition."""
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _signal_state(pid: int) -> str:
+    """The SigBlk / SigIgn lines of a process's status (empty once it is gone)."""
+    from pathlib import Path
+
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return ""
+    return " ".join(line for line in status.splitlines() if line.startswith(("SigBlk", "SigIgn")))
