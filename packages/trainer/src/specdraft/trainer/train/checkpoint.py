@@ -365,7 +365,6 @@ def save_checkpoint(
             checkpoint_id=str(tmp / "dcp"),
         )
         save_rng_state(rng_file(tmp, ctx.rank))
-        sync_folder_files(tmp, ctx)
 
     def publish(digests: dict[str, str]) -> None:
         if ctx.is_main:
@@ -385,6 +384,10 @@ def save_checkpoint(
     phase(start)
     phase(weights)
     phase(shards)
+    # A phase of its own: its listing must come after every rank's writes (the phase before
+    # ends in a collective). Listed during them, another rank's safetensors temp file could be
+    # renamed away before this rank opens it to fsync (ENOENT).
+    phase(lambda: sync_folder_files(tmp, ctx))
     digests = _hash_shared(tmp, ctx)
     phase(lambda: publish(digests))
     return final
