@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / "build" / "inductor-cache"))
 os.environ.setdefault("SPECDRAFT_CACHE", str(ROOT / "build" / "cache"))
@@ -63,3 +65,14 @@ def _rank(path: Path) -> int:
 def pytest_collection_modifyitems(config, items):
     """Heavy files first (see FIRST); a stable sort keeps each file's tests in their order."""
     items.sort(key=lambda item: _rank(Path(str(item.path))))
+
+
+@pytest.fixture(scope="session")
+def tiny_target_path():
+    """Folder of the pretrained tiny Qwen3 target (safetensors + tokenizer + generation config),
+    for the trainer tests and the CLI tests that train on it (imported only when asked for).
+
+    The first build pretrains for about 1.5 minutes; later runs find it in the cache."""
+    from specdraft.trainer.assets import build_tiny_target
+
+    return build_tiny_target()

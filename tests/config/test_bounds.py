@@ -1,16 +1,14 @@
-"""Finite, sane bounds (issue 15, item 8): absurd sizes and non-finite rates are lint errors at
-their key (SD108 above the limit, SD105 not finite), never a traceback, an overflow or a hang
-later in a run; `specdraft train` refuses them before any work starts."""
+"""Finite, sane bounds: absurd sizes and non-finite rates are lint errors at their key (SD108
+above the limit, SD105 not finite), never a traceback, an overflow or a hang later in a run
+(tests/cli/test_train_bounds_cli.py: `specdraft train` refuses them before any work starts)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-from click.testing import CliRunner
 from config_cases import BASE, position_of, replace_once
 
-from specdraft.config import ConfigError, load_config
 from specdraft.config.lint import lint_text
 from specdraft.config.schema import Config
 from specdraft.config.schema_walk import iter_tables
@@ -83,20 +81,3 @@ def test_every_bound_is_finite_and_documented():
     assert bounded >= 15
     assert "| SD108 | above-limit | error |" in reference
     assert Config.model_config.get("allow_inf_nan") is False
-
-
-def test_train_refuses_an_absurd_size_before_starting(tmp_path):
-    from specdraft.cli.main import cli
-
-    config = tmp_path / "run.toml"
-    config.write_text(with_line("[training]", "micro_batch_size = 1e23"))
-    with pytest.raises(ConfigError):
-        load_config(str(config), [])
-    done = CliRunner().invoke(cli, ["train", str(config), "--dry-run"])
-    assert done.exit_code != 0
-    assert "SD108" in done.output and "training.micro_batch_size" in done.output
-    assert "Traceback" not in done.output
-    overridden = CliRunner().invoke(
-        cli, ["train", str(tmp_path / "run.toml"), "--set", "data.max_length=1e12", "--dry-run"]
-    )
-    assert overridden.exit_code != 0 and "SD108" in overridden.output

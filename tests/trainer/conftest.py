@@ -126,8 +126,9 @@ def random_samples(tiny_qwen3_target):
 
 
 # ------------------------------------------------------ conversation data, tiny assets (issue 3)
-# The tiny BPE tokenizer and the pretrained tiny Qwen3 target, built once into $SPECDRAFT_CACHE
-# (build/cache, see tests/conftest.py) and reused across runs; a Config factory for data tests.
+# The tiny BPE tokenizer, built once into $SPECDRAFT_CACHE (build/cache, see tests/conftest.py,
+# which also gives the pretrained tiny target) and reused across runs; a Config factory for data
+# tests.
 
 
 @pytest.fixture(scope="session")
@@ -144,16 +145,6 @@ def tiny_tokenizer(tiny_tokenizer_path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tiny_tokenizer_path), local_files_only=True)
-
-
-@pytest.fixture(scope="session")
-def tiny_target_path():
-    """Folder of the pretrained tiny Qwen3 target (safetensors + tokenizer + generation config).
-
-    The first build pretrains for about 1.5 minutes; later runs find it in the cache."""
-    from specdraft.trainer.assets import build_tiny_target
-
-    return build_tiny_target()
 
 
 @pytest.fixture

@@ -143,7 +143,7 @@ def test_zero_selector_weight_skips_the_selector_without_changing_the_loss(case,
     def no_top_k(*args, **kwargs):
         raise AssertionError("the selector's top-k ran although its loss weight is 0")
 
-    monkeypatch.setattr("specdraft.trainer.models.dflash2.candidate_set", no_top_k)
+    monkeypatch.setattr("specdraft.trainer.models.dflash2.model.candidate_set", no_top_k)
     new, _ = _compare(
         draft, head, batch, spec, targets, hidden, skipped_params=("candidate_selector.",)
     )

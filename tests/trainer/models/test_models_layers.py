@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding, apply_rotary_pos_emb
 
-from specdraft.trainer.models.conv import BlockDepthwiseConv
+from specdraft.trainer.models.dflash2.conv import BlockDepthwiseConv
 from specdraft.trainer.models.layers import apply_rotary, rotary_tables
 
 
