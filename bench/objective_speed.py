@@ -36,7 +36,8 @@ from specdraft.trainer.models import DraftTrainSpec
 from specdraft.trainer.models.backbone import BlockTargets, DraftModel
 from specdraft.trainer.models.config import DFlash2Config, DSparkConfig
 from specdraft.trainer.models.dflash2 import DFlash2DraftModel
-from specdraft.trainer.models.dspark import Qwen3DSparkModel, block_slots
+from specdraft.trainer.models.dflash2.selector import candidate_set
+from specdraft.trainer.models.dspark.model import Qwen3DSparkModel, block_slots
 from specdraft.trainer.models.losses import (
     DraftLoss,
     chunked_sums,
@@ -44,7 +45,6 @@ from specdraft.trainer.models.losses import (
     leading_run,
     upcast,
 )
-from specdraft.trainer.models.selector import candidate_set
 from specdraft.trainer.models.target import TargetHead
 
 # --------------------------------------------------------------------------- old implementations

@@ -23,9 +23,9 @@ from .config import (
     DFlashDraftConfig,
     DSparkConfig,
 )
-from .dflash import DFLASH_METRIC_RATIOS, DFlashDraftModel
-from .dflash2 import DFLASH2_METRIC_RATIOS, DFlash2DraftModel
-from .dspark import DSPARK_METRIC_RATIOS, Qwen3DSparkModel
+from .dflash.model import DFLASH_METRIC_RATIOS, DFlashDraftModel
+from .dflash2.model import DFLASH2_METRIC_RATIOS, DFlash2DraftModel
+from .dspark.model import DSPARK_METRIC_RATIOS, Qwen3DSparkModel
 from .losses import COMMON_METRIC_RATIOS, MetricRatios
 
 # The batch key of the target's normed final hidden state (DSpark's extra input).

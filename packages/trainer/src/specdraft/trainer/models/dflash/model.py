@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .backbone import BlockTargets, DraftModel
-from .config import DFlashConfig, DFlashDraftConfig
-from .layers import DFlashDecoderLayer
-from .losses import (
+from ..backbone import BlockTargets, DraftModel
+from ..config import DFlashConfig, DFlashDraftConfig
+from ..layers import DFlashDecoderLayer
+from ..losses import (
     LOSS_WEIGHT,
     DraftLoss,
     MetricRatios,
@@ -32,8 +32,8 @@ from .losses import (
     leading_run,
     upcast,
 )
-from .spec import DraftTrainSpec
-from .target import TargetHead
+from ..spec import DraftTrainSpec
+from ..target import TargetHead
 
 # Logged rate -> (numerator, denominator) sums of the DFlash objective (see losses.MetricRatios).
 DFLASH_METRIC_RATIOS: MetricRatios = {

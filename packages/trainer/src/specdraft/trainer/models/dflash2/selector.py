@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .losses import upcast
+from ..losses import upcast
 
 GOLD_POLICIES = ("exclude", "insert")
 
