@@ -27,6 +27,7 @@ from specdraft.collate import (
 )
 from specdraft.collate.samplers import SamplerStateMismatch
 from specdraft.config import load_config
+from specdraft.config.sampler_mode import sampler_mode
 
 BUCKETS = (128, 256, 512, 1024)
 NUM_ANCHORS = 48
@@ -58,7 +59,7 @@ def make(case: dict, *, grouped: bool = True, rank: int = 0) -> MicroBatchSample
         seed=case["seed"],
         pad_to=ShapePolicy(pad_to=case["pad_to"], num_anchors=NUM_ANCHORS),
         mega_batch_multiplier=case["mega_batch_multiplier"],
-        anchor_grouped=grouped,
+        mode="anchor_grouped" if grouped else "random",
         anchor_counts=case["counts"] if grouped else None,
     )
 
@@ -190,38 +191,33 @@ def test_resume_refuses_a_changed_grouping_by_its_config_field() -> None:
         make(case).load_state_dict(legacy)
 
 
-def test_missing_or_mismatched_counts_and_bucket_sync_are_refused() -> None:
+def test_missing_or_mismatched_counts_are_refused() -> None:
+    args = {"micro_batch_size": 1, "grad_accum_steps": 1, "mode": "anchor_grouped"}
     with pytest.raises(ValueError, match="one anchor count per sample"):
-        MicroBatchSampler([1, 2, 3], micro_batch_size=1, grad_accum_steps=1, anchor_grouped=True)
+        MicroBatchSampler([1, 2, 3], **args)
     with pytest.raises(ValueError, match="got 2"):
-        MicroBatchSampler(
-            [1, 2, 3],
-            micro_batch_size=1,
-            grad_accum_steps=1,
-            anchor_grouped=True,
-            anchor_counts=[1, 2],
-        )
-    with pytest.raises(ValueError, match="SD220"):
-        MicroBatchSampler(
-            [1, 2, 3],
-            micro_batch_size=1,
-            grad_accum_steps=1,
-            bucket_synchronized=True,
-            pad_to=(128,),
-            anchor_grouped=True,
-            anchor_counts=[1, 2, 3],
-        )
+        MicroBatchSampler([1, 2, 3], anchor_counts=[1, 2], **args)
 
 
 def test_packing_ignores_anchor_grouping() -> None:
-    args = {"micro_batch_size": 2, "grad_accum_steps": 1, "pad_to": 256, "packing": True}
-    lengths = [(17 * i) % 200 + 5 for i in range(60)]
-    packed = MicroBatchSampler(lengths, **args)
-    grouped = MicroBatchSampler(
-        lengths, anchor_grouped=True, anchor_counts=[i % 7 for i in range(60)], **args
-    )
-    assert grouped.anchor_grouped is False
-    assert grouped.epoch_plan(0) == packed.epoch_plan(0)
+    example = Path(__file__).resolve().parents[2] / "examples" / "qwen3-8b-dflash2-2048.toml"
+    packed = load_config(example, ("training.packing=true",))
+    grouped = load_config(example, ("training.packing=true", "data.anchor_grouped=true"))
+    assert sampler_mode(grouped) == sampler_mode(packed) == "packed"
+    lengths = [(17 * i) % 2000 + 5 for i in range(60)]
+    counts = [i % 7 for i in range(60)]
+    plans = [
+        sampler_from_config(
+            config,
+            lengths,
+            num_replicas=1,
+            rank=0,
+            shapes=ShapePolicy.from_config(config),
+            anchor_counts=counts,
+        ).epoch_plan(0)
+        for config in (packed, grouped)
+    ]
+    assert plans[0] == plans[1]
 
 
 @settings(max_examples=60, deadline=None)
@@ -244,7 +240,7 @@ def test_sampler_from_config_needs_counts_and_passes_them(tmp_path: Path) -> Non
     sampler = sampler_from_config(
         config, lengths, num_replicas=1, rank=0, shapes=shapes, anchor_counts=counts
     )
-    assert sampler.anchor_grouped
+    assert sampler.mode == "anchor_grouped"
     direct = MicroBatchSampler(
         lengths,
         micro_batch_size=2,
@@ -252,7 +248,7 @@ def test_sampler_from_config_needs_counts_and_passes_them(tmp_path: Path) -> Non
         seed=config.training.seed,
         pad_to=shapes,
         mega_batch_multiplier=config.data.mega_batch_multiplier,
-        anchor_grouped=True,
+        mode="anchor_grouped",
         anchor_counts=counts,
     )
     assert sampler.epoch_plan(0) == direct.epoch_plan(0)

@@ -40,7 +40,7 @@ def blocks(config, grouped: bool) -> int:
         seed=config.training.seed,
         pad_to=ShapePolicy.from_config(config),
         mega_batch_multiplier=config.data.mega_batch_multiplier,
-        anchor_grouped=grouped,
+        mode="anchor_grouped" if grouped else "random",
         anchor_counts=COUNTS if grouped else None,
     )
     total = 0

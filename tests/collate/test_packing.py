@@ -201,9 +201,9 @@ def test_documents_longer_than_a_row_count_as_truncated():
 
 def test_packing_needs_a_row_capacity():
     with pytest.raises(ValueError, match="row capacity"):
-        MicroBatchSampler([1, 2], micro_batch_size=1, grad_accum_steps=1, packing=True)
+        MicroBatchSampler([1, 2], micro_batch_size=1, grad_accum_steps=1, mode="packed")
     sampler = MicroBatchSampler(
-        [1, 2], micro_batch_size=1, grad_accum_steps=1, packing=True, row_capacity=4
+        [1, 2], micro_batch_size=1, grad_accum_steps=1, mode="packed", row_capacity=4
     )
     assert sampler.row_capacity == 4 and len(sampler) == 1
 
@@ -255,7 +255,7 @@ def test_sampler_from_config_packs_when_the_config_says_so():
         sampler_from_config(config, lengths, num_replicas=2, rank=r, shapes=shapes)
         for r in range(2)
     ]
-    assert all(s.packing and s.row_capacity == config.data.max_length for s in samplers)
+    assert all(s.mode == "packed" and s.row_capacity == config.data.max_length for s in samplers)
     plans = [list(s) for s in samplers]
     assert sorted(i for plan in plans for batch in plan for i in batch) == list(range(300))
     assert max(len(batch) for plan in plans for batch in plan) > 2  # several docs per row
@@ -263,7 +263,7 @@ def test_sampler_from_config_packs_when_the_config_says_so():
     plain = sampler_from_config(
         off, lengths, num_replicas=2, rank=0, shapes=ShapePolicy.from_config(off)
     )
-    assert not plain.packing and max(len(batch) for batch in plain) == 2
+    assert plain.mode != "packed" and max(len(batch) for batch in plain) == 2
 
 
 def test_rows_that_fit_a_smaller_bucket_share_micro_batches():

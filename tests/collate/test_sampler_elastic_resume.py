@@ -22,15 +22,16 @@ ALL_FIELDS = (
 
 MODES = {
     "random": {},
-    "length_grouped": {"length_grouped": True, "mega_batch_multiplier": 3},
-    "anchor_grouped": {"anchor_grouped": True, "mega_batch_multiplier": 3},
-    "bucket_synchronized": {"bucket_synchronized": True, "pad_to": (128, 256)},
-    "packed": {"packing": True, "row_capacity": 256, "pad_to": 256, "mega_batch_multiplier": 2},
+    "length_grouped": {"mega_batch_multiplier": 3},
+    "anchor_grouped": {"mega_batch_multiplier": 3},
+    "bucket_synchronized": {"pad_to": (128, 256)},
+    "length_grouped_bucket_synchronized": {"pad_to": (128, 256), "mega_batch_multiplier": 3},
+    "packed": {"row_capacity": 256, "pad_to": 256, "mega_batch_multiplier": 2},
 }
 
 
 def samplers(lengths, counts, mode, *, ranks, accum, size, seed):
-    options = dict(MODES[mode])
+    options = {"mode": mode, **MODES[mode]}
     if mode == "anchor_grouped":
         options["anchor_counts"] = counts
     return [

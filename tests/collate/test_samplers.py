@@ -12,9 +12,9 @@ from specdraft.collate.samplers import SamplerStateMismatch
 BUCKETS = (128, 256, 512, 1024)
 MODES = {
     "random": {},
-    "length_grouped": {"length_grouped": True, "mega_batch_multiplier": 3},
-    "bucket_synchronized": {"bucket_synchronized": True, "pad_to": BUCKETS},
-    "both": {"length_grouped": True, "bucket_synchronized": True, "pad_to": BUCKETS},
+    "length_grouped": {"mode": "length_grouped", "mega_batch_multiplier": 3},
+    "bucket_synchronized": {"mode": "bucket_synchronized", "pad_to": BUCKETS},
+    "both": {"mode": "length_grouped_bucket_synchronized", "pad_to": BUCKETS},
 }
 
 sizes = st.fixed_dictionaries(
@@ -123,7 +123,7 @@ def test_length_grouping_sorts_inside_mega_batches_only() -> None:
         lengths,
         micro_batch_size=2,
         grad_accum_steps=1,
-        length_grouped=True,
+        mode="length_grouped",
         mega_batch_multiplier=5,
     )
     order = [i for batch in sampler.epoch_plan(0)[0] for i in batch]
@@ -141,7 +141,7 @@ def test_ranks_of_one_micro_step_get_neighbouring_length_grouped_batches() -> No
         micro_batch_size=2,
         grad_accum_steps=2,
         num_replicas=4,
-        length_grouped=True,
+        mode="length_grouped",
         mega_batch_multiplier=200,  # one mega-batch: the whole epoch sorted
     ).epoch_plan(0)
     for step in range(len(plans[0])):
@@ -182,7 +182,7 @@ def test_resume_with_other_sizes_is_refused() -> None:
 
 def test_a_refused_resume_names_the_config_field_and_the_override() -> None:
     lengths = list(range(100, 140))
-    args = {"micro_batch_size": 2, "grad_accum_steps": 1, "bucket_synchronized": True}
+    args = {"micro_batch_size": 2, "grad_accum_steps": 1, "mode": "bucket_synchronized"}
     state = MicroBatchSampler(lengths, pad_to=(128, 256), **args).state_dict()
     other = MicroBatchSampler(lengths, pad_to=(256,), **args)
     with pytest.raises(SamplerStateMismatch) as caught:
@@ -217,13 +217,13 @@ def test_an_allowed_change_continues_after_the_samples_consumed() -> None:
 
 def test_bucket_synchronization_needs_buckets_that_fit() -> None:
     with pytest.raises(ValueError, match="tuple of shape buckets"):
-        MicroBatchSampler([5], micro_batch_size=1, grad_accum_steps=1, bucket_synchronized=True)
+        MicroBatchSampler([5], micro_batch_size=1, grad_accum_steps=1, mode="bucket_synchronized")
     with pytest.raises(ValueError, match=r"2000 tokens.*1024"):
         MicroBatchSampler(
             [5, 2000],
             micro_batch_size=1,
             grad_accum_steps=1,
-            bucket_synchronized=True,
+            mode="bucket_synchronized",
             pad_to=BUCKETS,
         )
 

@@ -48,7 +48,7 @@ def test_an_anchor_grouped_run_trains_on_the_plan_of_its_loss_masks(tiny_target_
         seed=config.training.seed,
         pad_to=shapes,
         mega_batch_multiplier=6,
-        anchor_grouped=True,
+        mode="anchor_grouped",
         anchor_counts=counts,
     ).epoch_plan(0)
     with one_rank() as ctx:

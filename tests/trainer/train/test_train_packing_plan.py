@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from specdraft.config import validate_config
+from specdraft.config.resume_contract import DATA_ORDER_FIELDS, check_allow_changed
 from specdraft.trainer.train.assembly import run_fingerprint
-from specdraft.trainer.train.checkpoint import DATA_ORDER_FIELDS, check_allow_changed
 from specdraft.trainer.train.run import dry_run_plan
 
 

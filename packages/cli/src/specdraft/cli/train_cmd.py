@@ -10,6 +10,8 @@ from typing import Any, NoReturn
 
 import click
 
+from specdraft.config.resume_contract import DATA_ORDER_FIELDS, check_allow_changed
+
 from .common import CONFIG_ERROR_EXIT, config_argument, load_or_exit, overrides_option
 
 # Kept here, not imported from the trainer: `--help` never pays for torch
@@ -33,9 +35,10 @@ DEFAULT_STOP_TIMEOUT = 120.0
     "allow_changed",
     multiple=True,
     metavar="FIELD[,FIELD...]",
-    help="With --resume: accept a changed data order for these fields (e.g. "
-    "training.seed,training.micro_batch_size); by default a resume that would repeat or skip "
-    "samples is refused, naming the field. Repeatable.",
+    help="With --resume: accept a changed data order for these fields (any of "
+    + ", ".join(DATA_ORDER_FIELDS)
+    + "); by default a resume that would repeat or skip samples is refused, naming the field. "
+    "Repeatable.",
 )
 @click.option(
     "--dry-run",
@@ -284,11 +287,7 @@ def check_resume_options(
     config: Any, resume: str | None, allow_changed: tuple[str, ...]
 ) -> tuple[str, ...]:
     """Refuse, before any rank starts, a --resume with nothing to resume or unknown fields."""
-    from specdraft.trainer.train.checkpoint import (
-        check_allow_changed,
-        find_latest,
-        nothing_to_resume_message,
-    )
+    from specdraft.trainer.train.checkpoint import find_latest, nothing_to_resume_message
 
     names = [name for item in allow_changed for name in item.split(",")]
     try:

@@ -10,20 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
+
+from specdraft.config import ShapePolicy
+from specdraft.config.sampler_mode import BUCKET_DEPENDENT_MODES, SamplerMode, check_sampler_mode
 
 from .lengths import PadTo, check_pad_to, resolve_static_length
 from .samplers import MicroBatch, MicroBatchSampler, chunk, length_grouped_order, random_order
-
-SamplerName = Literal["random", "length_grouped", "bucket_synchronized"]
-SAMPLERS: tuple[str, ...] = ("random", "length_grouped", "anchor_grouped", "bucket_synchronized")
 
 
 def plan_micro_batches(
     lengths: Sequence[int],
     *,
     micro_batch_size: int,
-    sampler: str = "random",
+    sampler: SamplerMode = "random",
     seed: int = 0,
     num_replicas: int = 1,
     pad_to: PadTo = None,
@@ -31,13 +31,15 @@ def plan_micro_batches(
     epoch: int = 0,
     anchor_counts: Sequence[int] | None = None,
 ) -> list[MicroBatch]:
-    """The non-empty micro-batches of one epoch of `sampler`, over all ranks.
+    """The non-empty micro-batches of one epoch of the sampler mode `sampler`, over all ranks.
 
-    `anchor_counts` (per sample, already capped at num_anchors) is needed by "anchor_grouped".
+    `anchor_counts` (per sample, already capped at num_anchors) is needed by "anchor_grouped";
+    "packed" needs a static `pad_to` (its largest length is the row capacity).
     """
-    if sampler == "random":
+    mode = check_sampler_mode(sampler)
+    if mode == "random":
         return chunk(random_order(len(lengths), seed=seed, epoch=epoch), micro_batch_size)
-    if sampler == "length_grouped":
+    if mode == "length_grouped":
         order = length_grouped_order(
             lengths,
             micro_batch_size=micro_batch_size,
@@ -46,25 +48,22 @@ def plan_micro_batches(
             epoch=epoch,
         )
         return chunk(order, micro_batch_size)
-    if sampler in ("anchor_grouped", "bucket_synchronized"):
-        # These need the full plan: anchor grouping sorts by the bucket, and with bucket sync
-        # which bucket a micro-batch lands in depends on the ranks (rows are cut per bucket).
-        # The window size does not matter, one micro-step will do.
-        grouped = sampler == "anchor_grouped"
-        plan = MicroBatchSampler(
-            lengths,
-            micro_batch_size=micro_batch_size,
-            grad_accum_steps=1,
-            num_replicas=num_replicas,
-            seed=seed,
-            bucket_synchronized=not grouped,
-            pad_to=pad_to,
-            mega_batch_multiplier=mega_batch_multiplier,
-            anchor_grouped=grouped,
-            anchor_counts=anchor_counts if grouped else None,
-        ).epoch_plan(epoch)
-        return [batch for rank in plan for batch in rank if batch]
-    raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
+    assert mode in BUCKET_DEPENDENT_MODES
+    # These need the full plan: they sort or cut by the bucket, and with bucket sync which
+    # bucket a micro-batch lands in depends on the ranks (rows are cut per bucket). The window
+    # size does not matter, one micro-step will do.
+    plan = MicroBatchSampler(
+        lengths,
+        micro_batch_size=micro_batch_size,
+        grad_accum_steps=1,
+        num_replicas=num_replicas,
+        seed=seed,
+        mode=mode,
+        pad_to=ShapePolicy(pad_to=pad_to, packing=mode == "packed"),
+        mega_batch_multiplier=mega_batch_multiplier,
+        anchor_counts=anchor_counts if mode == "anchor_grouped" else None,
+    ).epoch_plan(epoch)
+    return [batch for rank in plan for batch in rank if batch]
 
 
 def padding_share(real_tokens: int, computed_positions: int) -> float:
@@ -188,7 +187,7 @@ def account_padding(
     *,
     micro_batch_size: int,
     pad_to: PadTo,
-    sampler: str = "random",
+    sampler: SamplerMode = "random",
     seed: int = 0,
     num_replicas: int = 1,
     mega_batch_multiplier: int = 50,

@@ -10,6 +10,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from specdraft.config import BUCKET_QUANTUM, ShapePolicy, max_length_appended
+from specdraft.config.sampler_mode import SamplerMode, bucket_free_mode, sampler_mode
 
 from .accounting import PaddingReport, account_padding, plan_micro_batches
 from .anchor_accounting import (
@@ -37,22 +38,23 @@ GROUPING_HINT_SHARE = 0.05
 WORSE_THAN_SUGGESTION = 1.05
 
 
-def config_sampler(config: Config, *, with_counts: bool = True) -> str:
-    """The sampler name of a config, for accounting: bucket sync, then anchor, then length.
+def config_sampler(config: Config, *, with_counts: bool = True) -> SamplerMode:
+    """The sampler mode the config's unpacked micro-batches are counted in.
 
-    Anchor grouping needs the samples' anchor counts; without them (`with_counts=False`, e.g. a
-    lengths file) the base sampler stands in.
+    A packed run's rows are reported in their own section; the unpacked policies beside them are
+    counted in the bucket-free order of the same mode (random: packing ignores grouping). Anchor
+    grouping needs the samples' anchor counts; without them (`with_counts=False`, e.g. a lengths
+    file) the bucket-free mode stands in too.
     """
-    if config.data.bucket_synchronized:
-        return "bucket_synchronized"
-    if config.anchor_grouping and with_counts:
-        return "anchor_grouped"
-    return base_sampler(config)
+    mode = sampler_mode(config)
+    if mode == "packed" or (mode == "anchor_grouped" and not with_counts):
+        return bucket_free_mode(mode)
+    return mode
 
 
-def base_sampler(config: Config) -> str:
+def base_sampler(config: Config) -> SamplerMode:
     """The sampler whose micro-batches do not depend on the buckets (for fair comparisons)."""
-    return "length_grouped" if config.data.length_grouped else "random"
+    return bucket_free_mode(sampler_mode(config))
 
 
 def _jsonable(pad_to: PadTo) -> Any:
@@ -120,7 +122,7 @@ def build_report(
 
     lengths = source.lengths
     counts = _capped(config, source.anchor_counts)
-    if config.anchor_grouping and counts is None:
+    if sampler_mode(config) == "anchor_grouped" and counts is None:
         report["warnings"].append(
             {
                 "code": "anchor-grouping-unknown",
@@ -367,7 +369,7 @@ def _anchor_section(
     num = training.num_anchors
     capped = _capped(config, counts)
 
-    def plan(sampler: str) -> list[MicroBatch]:
+    def plan(sampler: SamplerMode) -> list[MicroBatch]:
         return plan_micro_batches(
             lengths,
             micro_batch_size=training.micro_batch_size,
@@ -379,12 +381,13 @@ def _anchor_section(
             anchor_counts=capped,
         )
 
+    mode = sampler_mode(config)
     micro_batches = plan(config_sampler(config))
     # The other order, for the joint effect: with anchor grouping when the run does not group
     # (and can: bucket-synchronised and packed plans cannot), without it when it does.
-    grouped = config.anchor_grouping
+    grouped = mode == "anchor_grouped"
     other: list[MicroBatch] | None = None
-    if not shapes.packing and not config.data.bucket_synchronized:
+    if mode in ("random", "length_grouped", "anchor_grouped"):
         other = plan(base_sampler(config) if grouped else "anchor_grouped")
     # The run's own policy, and the two without anchor buckets it is compared with.
     static_lengths = shapes.pad_to or config.data.max_length

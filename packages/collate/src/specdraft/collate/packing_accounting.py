@@ -132,6 +132,7 @@ def account_packing(
         grad_accum_steps=grad_accum_steps,
         num_replicas=num_replicas,
         seed=seed,
+        mode="packed",
         pad_to=shapes,
         mega_batch_multiplier=mega_batch_multiplier,
     )

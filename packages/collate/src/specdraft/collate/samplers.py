@@ -1,4 +1,9 @@
-"""Micro-batch plans for synchronous data parallelism: random, length-grouped, bucket-synced.
+"""Micro-batch plans for synchronous data parallelism, one per sampler mode.
+
+The plan's kind is the run's `SamplerMode` (`specdraft.config.sampler_mode`: random,
+length_grouped, anchor_grouped, bucket_synchronized, length_grouped_bucket_synchronized, packed),
+decided once from the config; this module dispatches on it and never re-reads the config's
+grouping options.
 
 One optimizer step consumes a *window* of `num_replicas x grad_accum_steps` micro-batches: at
 micro-step j every rank runs one micro-batch, and the step ends when the slowest rank is done.
@@ -10,9 +15,10 @@ every rank gets the same number of micro-batches (a multiple of grad_accum_steps
 window may hold empty micro-batches `[]`; the trainer runs them as zero-weight dummies. Only the
 last window of an epoch holds empties in the random and length-grouped modes.
 
-Bucket-synchronised plans (`bucket_synchronized=True`, `pad_to` a bucket tuple) put, at every
+Bucket-synchronised plans (`bucket_synchronized`, `pad_to` a bucket tuple) put, at every
 micro-step of every window, micro-batches of one shape bucket on all ranks, so no rank pads to a
-longer bucket than the others. Samples are sorted into their buckets and each bucket's samples are
+longer bucket than the others. Samples are sorted into their buckets (from the random order, or
+the length-grouped one in `length_grouped_bucket_synchronized`) and each bucket's samples are
 cut into micro-batches, `num_replicas` at a time ("rows"). Leftovers are placed as follows:
 
 * a bucket's samples that do not fill a whole row are carried up to the next bucket, where they
@@ -27,7 +33,7 @@ cut into micro-batches, `num_replicas` at a time ("rows"). Leftovers are placed 
 An empty micro-batch never slows a micro-step down (the trainer should build its dummy at the
 smallest bucket), so it is exempt from the bucket synchronisation.
 
-Anchor-grouped plans (`anchor_grouped=True`, data.anchor_grouped) sort each shuffled mega-batch
+Anchor-grouped plans (`anchor_grouped`, data.anchor_grouped) sort each shuffled mega-batch
 by (shape bucket, anchor count), fullest first, so the rows of a micro-batch need about the same
 anchor width and an anchor bucket (or pad-to-longest's exact width) computes few empty blocks.
 The count of a sample is `min(num_anchors, valid anchors)` from its loss mask, the number the
@@ -36,7 +42,7 @@ micro-batches: similar widths on every rank and micro-step) are then shuffled (s
 epoch does not walk each mega-batch from its fullest to its emptiest samples, and a window's
 samples still depend only on the window size, not on how it is split over ranks.
 
-Packed plans (`packing=True`, training.packing) keep the same format: a micro-batch is still a
+Packed plans (`packed`, training.packing) keep the same format: a micro-batch is still a
 flat list of sample indices, now the documents of up to `micro_batch_size` rows listed row after
 row (the collator recovers the rows with `packing.split_rows`). The epoch's seeded random order
 is cut into windows of `mega_batch_multiplier` optimizer windows' worth of rows (by tokens), each
@@ -49,7 +55,6 @@ plans (rows are already full).
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -57,8 +62,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from specdraft.config import PadTo, ShapePolicy
+from specdraft.config.resume_contract import (
+    FIELDS_BY_NAME,
+    SAMPLER_CONFIG_FIELDS,
+    SAMPLER_DEFAULTS,
+    SAMPLER_FIELDS,
+    mode_settings,
+    saved_mode,
+)
+from specdraft.config.sampler_mode import SamplerMode, check_sampler_mode, sampler_mode
 
-from .lengths import resolve_static_length
 from .packing import packed_micro_batches
 
 if TYPE_CHECKING:
@@ -66,22 +79,12 @@ if TYPE_CHECKING:
 
 MicroBatch = list[int]
 
-# Sampler setting -> the config field it comes from: how a refused resume names it.
-CONFIG_FIELDS = {
-    "num_samples": "data",
-    "micro_batch_size": "training.micro_batch_size",
-    "grad_accum_steps": "training.grad_accum_steps",
-    "num_replicas": "deployment.world_size",
-    "seed": "training.seed",
-    "length_grouped": "data.length_grouped",
-    "bucket_synchronized": "data.bucket_synchronized",
-    "pad_to": "training.static_shape_buckets",
-    "mega_batch_multiplier": "data.mega_batch_multiplier",
-    "packing": "training.packing",
-    "anchor_grouped": "data.anchor_grouped",
-}
-# Fingerprint entries older checkpoints lack, with the value those plans had.
-_FINGERPRINT_DEFAULTS: dict[str, Any] = {"packing": False, "anchor_grouped": False}
+# The seed's names for the resume contract's sampler columns (`specdraft.config.resume_contract`).
+CONFIG_FIELDS = SAMPLER_CONFIG_FIELDS
+_FINGERPRINT_DEFAULTS = SAMPLER_DEFAULTS
+# Modes whose base order is length-grouped, and those that cut bucket-synchronised rows.
+_LENGTH_ORDERED = ("length_grouped", "length_grouped_bucket_synchronized")
+_BUCKET_SYNCED = ("bucket_synchronized", "length_grouped_bucket_synchronized")
 
 
 class SamplerStateMismatch(ValueError):
@@ -178,17 +181,19 @@ def bucket_rows(
     order: Sequence[int],
     lengths: Sequence[int],
     *,
-    buckets: tuple[int, ...],
+    buckets: tuple[int, ...] | ShapePolicy,
     micro_batch_size: int,
     num_replicas: int,
 ) -> tuple[list[list[MicroBatch]], list[list[MicroBatch]]]:
     """Rows of `num_replicas` micro-batches of one bucket each: (full rows, partial rows).
 
-    See the module docstring for where a bucket's leftovers go.
+    `buckets` is the run's shape policy (or its bucket tuple); which bucket a sample belongs to
+    is the policy's `length_index`. See the module docstring for where a bucket's leftovers go.
     """
     size, ranks = micro_batch_size, num_replicas
-    bucket_of = {i: bisect.bisect_left(buckets, lengths[i]) for i in order}
-    own: list[list[int]] = [[] for _ in buckets]
+    policy = ShapePolicy.of(buckets)
+    bucket_of = {i: policy.length_index(lengths[i]) for i in order}
+    own: list[list[int]] = [[] for _ in policy.lengths]
     for i in order:
         own[bucket_of[i]].append(i)
 
@@ -196,7 +201,7 @@ def bucket_rows(
     last_batches: list[MicroBatch] = []
     carry: list[int] = []
     for k, mine in enumerate(own):
-        last = k == len(buckets) - 1
+        last = k == len(own) - 1
         # Each micro-batch is led by one of the bucket's own samples, so it resolves to bucket k;
         # below the last bucket only whole rows are cut, the rest is carried up.
         count = min(len(mine), (len(carry) + len(mine)) // size)
@@ -243,15 +248,15 @@ class MicroBatchSampler:
         num_replicas: int = 1,
         rank: int = 0,
         seed: int = 0,
-        length_grouped: bool = False,
-        bucket_synchronized: bool = False,
+        mode: SamplerMode | None = None,
         pad_to: PadTo | ShapePolicy = None,
         mega_batch_multiplier: int = 50,
-        packing: bool = False,
         row_capacity: int | None = None,
-        anchor_grouped: bool = False,
         anchor_counts: Sequence[int] | None = None,
     ) -> None:
+        """`mode` is the run's sampler mode (`sampler_mode(config)`); None: `packed` when the
+        shape policy packs, else `random`. `anchor_counts` (valid anchors per sample) is read
+        by `anchor_grouped`, `row_capacity` (default: the policy's) by `packed`."""
         for name, value in (
             ("micro_batch_size", micro_batch_size),
             ("grad_accum_steps", grad_accum_steps),
@@ -271,15 +276,16 @@ class MicroBatchSampler:
         self.num_replicas = int(num_replicas)
         self.rank = int(rank)
         self.seed = int(seed)
-        self.length_grouped = bool(length_grouped)
-        self.bucket_synchronized = bool(bucket_synchronized)
         # The run's ShapePolicy or a seed-style pad_to; plans only need its lengths.
         policy = ShapePolicy.of(pad_to)
+        self._policy = policy
         self.pad_to = policy.pad_to
+        if mode is None:
+            mode = "packed" if policy.packing else "random"
+        self.mode: SamplerMode = check_sampler_mode(mode)
         self.mega_batch_multiplier = int(mega_batch_multiplier)
-        self.packing = bool(packing or policy.packing)
         self.row_capacity: int | None = None
-        if self.packing:
+        if self.mode == "packed":
             capacity = row_capacity if row_capacity is not None else policy.row_capacity
             if capacity is None and policy.lengths:
                 capacity = max(policy.lengths)
@@ -289,22 +295,18 @@ class MicroBatchSampler:
                     "(training.packing requires static_shapes)"
                 )
             self.row_capacity = int(capacity)
-        # Packed rows hold about num_anchors anchors each: packing ignores anchor grouping.
-        self.anchor_grouped = bool(anchor_grouped) and not self.packing
         self.anchor_counts = None if anchor_counts is None else [int(c) for c in anchor_counts]
-        self._policy = policy
         self._anchor_keys: list[tuple[int, int]] = []
-        if self.anchor_grouped:
+        if self.mode == "anchor_grouped":
             self._anchor_keys = self._grouping_keys(anchor_counts, policy)
-        if self.bucket_synchronized and not self.packing:
+        if self.mode in _BUCKET_SYNCED:
             if not isinstance(self.pad_to, tuple):
                 raise ValueError(
                     "bucket_synchronized needs pad_to to be a tuple of shape buckets "
                     f"(got {self.pad_to!r}); set training.static_shape_buckets"
                 )
-            longest = max(self.lengths, default=0)
             # Fails here, with both numbers, rather than mid-epoch in the collator.
-            resolve_static_length(longest, self.pad_to)
+            policy.pad_length(max(self.lengths, default=0))
         self.epoch = 0
         self._position = 0
         self._cached: tuple[int, list[list[MicroBatch]]] | None = None
@@ -324,30 +326,24 @@ class MicroBatchSampler:
                 f"anchor_grouped needs one anchor count per sample ({len(self.lengths)}), got "
                 f"{got}: pass the valid anchors of each loss mask (collate.anchor_counts)"
             )
-        if self.bucket_synchronized:
-            raise ValueError(
-                "anchor_grouped cannot be combined with bucket_synchronized (SD220): drop one "
-                "of data.anchor_grouped and data.bucket_synchronized"
-            )
         cap = policy.num_anchors
-        buckets = self.pad_to if isinstance(self.pad_to, tuple) else ()
+        # Buckets only: one static length (or pad-to-longest) puts every sample in bucket 0.
+        buckets = ShapePolicy.of(self.pad_to if isinstance(self.pad_to, tuple) else None)
         keys = []
         for length, count in zip(self.lengths, anchor_counts, strict=True):
             if int(count) < 0:
                 raise ValueError(f"anchor count {count} is negative")
             capped = min(int(count), cap) if cap is not None else int(count)
-            keys.append((bisect.bisect_left(buckets, length), capped))
+            keys.append((buckets.length_index(length), capped))
         return keys
 
     # ------------------------------------------------------------------------------- the plan
 
     def base_order(self, epoch: int) -> list[int]:
         """The epoch's sample order before micro-batching (random, length- or anchor-grouped)."""
-        # Anchor grouping replaces length grouping (SD222).
-        keys = self._anchor_keys if self.anchor_grouped else self.lengths
-        if self.anchor_grouped or self.length_grouped:
+        if self.mode == "anchor_grouped" or self.mode in _LENGTH_ORDERED:
             return grouped_order(
-                keys,
+                self._anchor_keys if self.mode == "anchor_grouped" else self.lengths,
                 micro_batch_size=self.micro_batch_size,
                 mega_batch_multiplier=self.mega_batch_multiplier,
                 seed=self.seed,
@@ -368,18 +364,16 @@ class MicroBatchSampler:
 
     def epoch_order(self, epoch: int) -> list[int]:
         """The epoch's samples in the order plans consume them (packing: the random order)."""
-        if self.packing:
-            return random_order(len(self.lengths), seed=self.seed, epoch=epoch)
         return self.base_order(epoch)
 
     def plan_of_order(self, order: list[int], epoch: int) -> list[list[MicroBatch]]:
         """The plan of `order` (all of an epoch, or what a resumed epoch has left)."""
-        if self.packing:
+        if self.mode == "packed":
             return self._packed_plan(order, epoch)
-        if self.bucket_synchronized:
+        if self.mode in _BUCKET_SYNCED:
             return self._bucket_synchronized_plan(order, epoch)
         micro_batches = chunk(order, self.micro_batch_size)
-        if self.anchor_grouped:
+        if self.mode == "anchor_grouped":
             micro_batches = shuffle_windows(
                 micro_batches,
                 window=self.num_replicas * self.grad_accum_steps,
@@ -420,7 +414,7 @@ class MicroBatchSampler:
         full_rows, partial_rows = bucket_rows(
             order,
             self.lengths,
-            buckets=self.pad_to,
+            buckets=self._policy,
             micro_batch_size=self.micro_batch_size,
             num_replicas=self.num_replicas,
         )
@@ -456,19 +450,18 @@ class MicroBatchSampler:
             yield micro_batch
 
     def _fingerprint(self) -> dict[str, Any]:
-        return {
+        """The plan's settings as the resume contract's sampler columns name them."""
+        settings = {
             "num_samples": len(self.lengths),
             "micro_batch_size": self.micro_batch_size,
             "grad_accum_steps": self.grad_accum_steps,
             "num_replicas": self.num_replicas,
             "seed": self.seed,
-            "length_grouped": self.length_grouped,
-            "bucket_synchronized": self.bucket_synchronized,
             "pad_to": list(self.pad_to) if isinstance(self.pad_to, tuple) else self.pad_to,
             "mega_batch_multiplier": self.mega_batch_multiplier,
-            "packing": self.packing,
-            "anchor_grouped": self.anchor_grouped,
+            **mode_settings(self.mode),
         }
+        return {f.sampler_key: settings[f.sampler_key] for f in SAMPLER_FIELDS}  # type: ignore[index]
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
         """Epoch and position for an exact resume.
@@ -496,13 +489,10 @@ class MicroBatchSampler:
             grad_accum_steps=int(state["grad_accum_steps"]),
             num_replicas=int(state["num_replicas"]),
             seed=int(state["seed"]),
-            length_grouped=bool(state["length_grouped"]),
-            bucket_synchronized=bool(state["bucket_synchronized"]),
+            mode=saved_mode(state),
             pad_to=_pad_policy(state.get("pad_to"), self._policy),
             mega_batch_multiplier=int(state["mega_batch_multiplier"]),
-            packing=bool(state.get("packing", False)),
             row_capacity=self.row_capacity,
-            anchor_grouped=bool(state.get("anchor_grouped", False)),
             anchor_counts=self.anchor_counts,
         )
         epoch = int(state["epoch"])
@@ -527,14 +517,14 @@ class MicroBatchSampler:
         a whole optimizer window), accepting that the new plan repeats or skips some samples.
         """
         expected = self._fingerprint()
-        state = {**_FINGERPRINT_DEFAULTS, **state}
-        changed = [key for key, value in expected.items() if key in state and state[key] != value]
-        refused = [key for key in changed if CONFIG_FIELDS[key] not in allow_changed]
+        saved = _comparable(state)
+        changed = [key for key, value in expected.items() if key in saved and saved[key] != value]
+        refused = [key for key in changed if not _allowed(key, changed, allow_changed)]
         if refused:
             raise SamplerStateMismatch(
                 "cannot resume the data order exactly, the sampler settings changed ("
                 + "; ".join(
-                    f"{CONFIG_FIELDS[key]}: checkpoint {state[key]!r}, now {expected[key]!r}"
+                    f"{CONFIG_FIELDS[key]}: checkpoint {saved[key]!r}, now {expected[key]!r}"
                     for key in refused
                 )
                 + "); resume with the same data and sizes, start a new run, or accept the "
@@ -549,27 +539,30 @@ class MicroBatchSampler:
             _, left = self.consumed_and_left(state["resumed_from"])
             self._remainder = (self.epoch, left, state["resumed_from"])
         if changed:
-            position = self._resume_changed(state, changed, position)
+            position = self._resume_changed(state, changed, position, expected)
         self._position = position
         if not 0 <= self._position <= len(self):
             raise ValueError(
                 f"saved position {self._position} is outside this epoch's {len(self)} micro-batches"
             )
 
-    def _resume_changed(self, state: dict[str, Any], changed: list[str], position: int) -> int:
+    def _resume_changed(
+        self, state: dict[str, Any], changed: list[str], position: int, expected: dict[str, Any]
+    ) -> int:
         """A resume with changed plan settings: exact when the data is the same (the saved
         epoch's untrained samples become this epoch's plan), else moved by samples consumed.
         Returns the position to continue at; `resume_note` says what happened and counts."""
+        saved = _comparable(state)
         names = ", ".join(
-            f"{CONFIG_FIELDS[k]}: {state[k]!r} -> {getattr(self, k, None)!r}"
-            if hasattr(self, k)
-            else CONFIG_FIELDS[k]
+            CONFIG_FIELDS[k]
+            if FIELDS_BY_NAME[CONFIG_FIELDS[k]].read is None  # the data: its counts say little
+            else f"{CONFIG_FIELDS[k]}: {saved[k]!r} -> {expected[k]!r}"
             for k in changed
         )
         reason = None
         if "num_samples" in changed:
             reason = "the data changed, so the saved plan cannot be rebuilt"
-        elif state.get("anchor_grouped") and self.anchor_counts is None:
+        elif saved_mode(state) == "anchor_grouped" and self.anchor_counts is None:
             reason = "the saved plan was anchor-grouped and this run has no anchor counts"
         if reason is None:
             consumed, left = self.consumed_and_left(state)
@@ -597,6 +590,25 @@ class MicroBatchSampler:
         return position
 
 
+def _comparable(state: dict[str, Any]) -> dict[str, Any]:
+    """A saved state as this version saves it: defaults filled, mode entries normalised.
+
+    Older versions saved the grouping options as configured, also where another one overrides
+    them (packing ignores length grouping): the mode they select is what the plan was.
+    """
+    filled = {**_FINGERPRINT_DEFAULTS, **state}
+    return {**filled, **mode_settings(saved_mode(filled))}
+
+
+def _allowed(key: str, changed: list[str], allow_changed: Sequence[str]) -> bool:
+    """Whether a changed sampler setting was allowed: by its config field, or for the mode's
+    entries by any changed field that selects the mode (the one the user turned on or off)."""
+    if CONFIG_FIELDS[key] in allow_changed:
+        return True
+    mode_keys = [k for k in changed if FIELDS_BY_NAME[CONFIG_FIELDS[k]].selects_mode]
+    return key in mode_keys and any(CONFIG_FIELDS[k] in allow_changed for k in mode_keys)
+
+
 def _pad_policy(saved: Any, policy: ShapePolicy) -> PadTo | ShapePolicy:
     """The saved plan's pad_to as a plan input (this run's policy when it is unchanged)."""
     current = list(policy.pad_to) if isinstance(policy.pad_to, tuple) else policy.pad_to
@@ -619,8 +631,9 @@ def sampler_from_config(
     `anchor_counts` (valid anchors per sample, from the loss masks) is needed when
     data.anchor_grouped is set; the sampler caps them at the policy's num_anchors.
     """
-    training, data = config.training, config.data
-    if config.anchor_grouping and anchor_counts is None:
+    training = config.training
+    mode = sampler_mode(config)
+    if mode == "anchor_grouped" and anchor_counts is None:
         raise ValueError(
             "data.anchor_grouped needs each sample's anchor count (from its loss mask); this "
             "data source has no loss masks, so set data.anchor_grouped = false"
@@ -632,12 +645,9 @@ def sampler_from_config(
         num_replicas=num_replicas,
         rank=rank,
         seed=training.seed,
-        length_grouped=data.length_grouped,
-        bucket_synchronized=data.bucket_synchronized,
+        mode=mode,
         pad_to=shapes,
-        mega_batch_multiplier=data.mega_batch_multiplier,
-        packing=training.packing,
-        row_capacity=config.data.max_length if training.packing else None,
-        anchor_grouped=config.anchor_grouping,
-        anchor_counts=anchor_counts if config.anchor_grouping else None,
+        mega_batch_multiplier=config.data.mega_batch_multiplier,
+        row_capacity=config.data.max_length if mode == "packed" else None,
+        anchor_counts=anchor_counts if mode == "anchor_grouped" else None,
     )

@@ -251,6 +251,16 @@ class ShapePolicy:
             f"truncated to it"
         )
 
+    def length_index(self, longest: int) -> int:
+        """Which of `lengths` that micro-batch pads to (its shape bucket); 0 for pad-to-longest.
+
+        Plans that sort or cut by shape bucket (anchor-grouped, bucket-synchronised) ask this,
+        so `pad_length` stays the one place that picks a length.
+        """
+        if self.pad_to is None:
+            return 0
+        return self.lengths.index(self.pad_length(longest))
+
     def anchor_width(self, max_anchor_count: int) -> int:
         """Draft blocks a micro-batch computes when its fullest sample has this many anchors.
 

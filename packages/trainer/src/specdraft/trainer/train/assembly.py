@@ -18,6 +18,7 @@ import torch
 
 from specdraft.collate import sampler_from_config
 from specdraft.config import Config, ShapePolicy
+from specdraft.config.resume_contract import run_fingerprint as contract_fingerprint
 
 from ..backends import BackendOptions, backend_options_from_config, prepare
 from ..runtime import DistContext, barrier
@@ -53,32 +54,8 @@ class RunData:
 
 
 def run_fingerprint(config: Config, data_fingerprint: str) -> dict[str, Any]:
-    """What a checkpoint must agree on with the config that resumes it."""
-    model = config.model
-    # Only when on: checkpoints of unpacked, ungrouped runs (older ones too) carry no such field.
-    optional: dict[str, Any] = {"training.packing": True} if config.training.packing else {}
-    if config.anchor_grouping:
-        optional["data.anchor_grouped"] = True
-    return {
-        "algorithm": model.algorithm,
-        "block_size": model.block_size,
-        "num_anchors": config.training.num_anchors,
-        "target_layer_ids": list(model.target_layer_ids),
-        "num_draft_layers": model.num_draft_layers,
-        "mask_token_id": model.mask_token_id,
-        "max_length": config.data.max_length,
-        # The data order (checkpoint.DATA_ORDER_FIELDS): a change is refused on resume unless
-        # the user allows it by name (`--allow-changed`).
-        "data": data_fingerprint,
-        "training.micro_batch_size": config.training.micro_batch_size,
-        "training.grad_accum_steps": config.training.grad_accum_steps,
-        "training.seed": config.training.seed,
-        "deployment.world_size": config.deployment.world_size,
-        "data.length_grouped": config.data.length_grouped,
-        "data.bucket_synchronized": config.data.bucket_synchronized,
-        "data.mega_batch_multiplier": config.data.mega_batch_multiplier,
-        **optional,
-    }
+    """What a checkpoint must agree on with the config that resumes it (the resume contract)."""
+    return contract_fingerprint(config, data=data_fingerprint)
 
 
 def load_run_data(config: Config, ctx: DistContext, *, progress: bool) -> RunData:

@@ -44,6 +44,8 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from transformers import PretrainedConfig
 
+from specdraft.config.resume_contract import DATA_ORDER_FIELDS, IDENTITY_FIELDS, with_defaults
+
 from ..integrity import (
     CorruptFile,
     field_mismatches,
@@ -67,33 +69,10 @@ from .save_errors import (
 STEP_PREFIX = "step-"
 TMP_PREFIX = ".tmp-"
 
-# Fields whose change makes a checkpoint meaningless for this run; resume refuses and names them.
-FINGERPRINT_FIELDS = (
-    "algorithm",
-    "block_size",
-    "num_anchors",
-    "target_layer_ids",
-    "num_draft_layers",
-    "mask_token_id",
-    "max_length",
-)
-
-# Fields that decide which samples the resumed run trains on, and in what order. A change would
-# repeat some samples and skip others, so resume refuses it unless the user names the field in
-# `--allow-changed` (then the data position is carried over by samples consumed).
-DATA_ORDER_FIELDS = {
-    "data": "the training data (data.train_paths, data.max_samples or the tokenizer)",
-    "training.micro_batch_size": "samples per micro-batch",
-    "training.grad_accum_steps": "micro-batches per optimizer step",
-    "training.seed": "the seed of the data order",
-    "deployment.world_size": "the number of trainer ranks (nproc_per_node x nnodes)",
-    "data.length_grouped": "length-grouped sampling",
-    "data.anchor_grouped": "anchor-grouped sampling",
-    "data.bucket_synchronized": "bucket-synchronised sampling",
-    "data.mega_batch_multiplier": "the length-grouping window",
-    "training.static_shape_buckets": "the pad policy (bucket-synchronised plans depend on it)",
-    "training.packing": "sequence packing (which conversations share a row and a micro-batch)",
-}
+# What a resume must agree on is one table, `specdraft.config.resume_contract`: the fields whose
+# change makes a checkpoint meaningless (refused, named), and the data-order fields a user may
+# allow to change by name (`--allow-changed`; the data position is then carried over).
+FINGERPRINT_FIELDS = IDENTITY_FIELDS
 
 RNG_FORMAT = "specdraft-rng-1"
 
@@ -175,18 +154,6 @@ def resolve_resume(
     return path
 
 
-def check_allow_changed(names: Any) -> tuple[str, ...]:
-    """Validate `--allow-changed` names against DATA_ORDER_FIELDS; return them as a tuple."""
-    names = tuple(n.strip() for n in names if n.strip())
-    unknown = [n for n in names if n not in DATA_ORDER_FIELDS]
-    if unknown:
-        raise ValueError(
-            f"--allow-changed: {', '.join(map(repr, unknown))} cannot be allowed to change on "
-            f"resume; the fields that can: {', '.join(DATA_ORDER_FIELDS)}"
-        )
-    return names
-
-
 def check_fingerprint(
     saved: dict[str, Any],
     current: dict[str, Any],
@@ -197,8 +164,9 @@ def check_fingerprint(
     """Refuse a checkpoint whose run fingerprint differs, naming every differing field.
 
     Data-order fields may differ when named in `allow_changed`; those changes are returned (one
-    line each) for the run to log.
+    line each) for the run to log. Fields a checkpoint predates read as their default.
     """
+    saved = with_defaults(saved)
 
     def lines(names: Iterable[str]) -> list[str]:
         return field_mismatches(

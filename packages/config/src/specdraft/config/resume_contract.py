@@ -1,0 +1,232 @@
+"""The resume contract: what a resumed run must agree on with its checkpoint, as one table.
+
+Each row of RESUME_CONTRACT is one field: the name a user sees (in a refusal and in
+`--allow-changed`), what it means, how to read it from the config, the value that checkpoints
+written before the field existed had, whether it is *data order* (a change would repeat some
+samples and skip others, so a resume refuses it unless the user names the field in
+`--allow-changed`) or part of the draft's identity (a change makes the checkpoint meaningless:
+always refused), and where a checkpoint records it:
+
+- the run fingerprint (`trainer_state.json` "fingerprint"), checked by the trainer before it
+  loads anything (`train/checkpoint.check_fingerprint`); a field with a default is written only
+  when its value differs from it, so a run that does not use a newer option writes the
+  fingerprint older versions wrote;
+- the sampler's state (`trainer_state.json` "sampler", under `sampler_key`), checked by
+  `MicroBatchSampler.load_state_dict`, which also rebuilds the saved plan from it.
+
+Everything that checks a resume derives from this table: the run fingerprint
+(`train/assembly.run_fingerprint`), the identity and data-order field lists of
+`train/checkpoint`, the names `--allow-changed` accepts, and the sampler's saved state, its
+defaults for older states and the config field a refused sampler setting is named by. A new
+sampler option is one row here (and, if it selects a new kind of plan, one mode in
+`sampler_mode`).
+
+It lives in the config package because every side reads it: the sampler (specdraft.collate)
+cannot import the trainer, the trainer and the CLI both import the config package, and the
+table reads nothing but Config fields, so the config package stays torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .sampler_mode import MODE_FIELDS, MODE_SELECTING_FIELDS, SamplerMode, mode_of
+
+if TYPE_CHECKING:
+    from .schema import Config
+
+
+class _Required:
+    """The default of a field every checkpoint has recorded since the first version."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+
+@dataclass(frozen=True)
+class ResumeField:
+    """One row of the resume contract (see the module docstring for the columns)."""
+
+    name: str  # the run fingerprint's key; for data order also the config field users name
+    meaning: str
+    # How to read it from the config; None when the run supplies it (the data fingerprint).
+    read: Callable[[Config], Any] | None
+    data_order: bool = False
+    # The value checkpoints written before the field existed had (REQUIRED: always recorded).
+    default: Any = REQUIRED
+    # Recorded in the run fingerprint (some fields only the sampler's state records).
+    fingerprinted: bool = True
+    # Its key in the sampler's saved state, or None when the sampler does not record it.
+    sampler_key: str | None = None
+
+    @property
+    def has_default(self) -> bool:
+        """True for fields that older checkpoints may lack."""
+        return self.default is not REQUIRED
+
+    @property
+    def selects_mode(self) -> bool:
+        """True for the fields that choose the sampler mode (`sampler_mode.MODE_FIELDS`)."""
+        return self.name in MODE_SELECTING_FIELDS
+
+
+RESUME_CONTRACT: tuple[ResumeField, ...] = (
+    # The draft's identity: the checkpoint's weights mean nothing under other values.
+    ResumeField("algorithm", "the draft family", lambda c: c.model.algorithm),
+    ResumeField("block_size", "tokens per draft block", lambda c: c.model.block_size),
+    ResumeField("num_anchors", "anchor blocks per sample", lambda c: c.training.num_anchors),
+    ResumeField(
+        "target_layer_ids",
+        "the target layers the draft reads",
+        lambda c: list(c.model.target_layer_ids),
+    ),
+    ResumeField("num_draft_layers", "draft decoder layers", lambda c: c.model.num_draft_layers),
+    ResumeField("mask_token_id", "the mask token", lambda c: c.model.mask_token_id),
+    ResumeField("max_length", "the longest sample", lambda c: c.data.max_length),
+    # The data order: which samples the resumed run trains on, and in what order.
+    ResumeField(
+        "data",
+        "the training data (data.train_paths, data.max_samples or the tokenizer)",
+        None,
+        data_order=True,
+        sampler_key="num_samples",
+    ),
+    ResumeField(
+        "training.micro_batch_size",
+        "samples per micro-batch",
+        lambda c: c.training.micro_batch_size,
+        data_order=True,
+        sampler_key="micro_batch_size",
+    ),
+    ResumeField(
+        "training.grad_accum_steps",
+        "micro-batches per optimizer step",
+        lambda c: c.training.grad_accum_steps,
+        data_order=True,
+        sampler_key="grad_accum_steps",
+    ),
+    ResumeField(
+        "training.seed",
+        "the seed of the data order",
+        lambda c: c.training.seed,
+        data_order=True,
+        sampler_key="seed",
+    ),
+    ResumeField(
+        "deployment.world_size",
+        "the number of trainer ranks (nproc_per_node x nnodes)",
+        lambda c: c.deployment.world_size,
+        data_order=True,
+        sampler_key="num_replicas",
+    ),
+    ResumeField(
+        "data.length_grouped",
+        "length-grouped sampling",
+        lambda c: c.data.length_grouped,
+        data_order=True,
+        sampler_key="length_grouped",
+    ),
+    ResumeField(
+        "data.anchor_grouped",
+        "anchor-grouped sampling",
+        lambda c: c.anchor_grouping,
+        data_order=True,
+        default=False,
+        sampler_key="anchor_grouped",
+    ),
+    ResumeField(
+        "data.bucket_synchronized",
+        "bucket-synchronised sampling",
+        lambda c: c.data.bucket_synchronized,
+        data_order=True,
+        sampler_key="bucket_synchronized",
+    ),
+    ResumeField(
+        "data.mega_batch_multiplier",
+        "the length-grouping window",
+        lambda c: c.data.mega_batch_multiplier,
+        data_order=True,
+        sampler_key="mega_batch_multiplier",
+    ),
+    ResumeField(
+        "training.static_shape_buckets",
+        "the pad policy (bucket-synchronised plans depend on it)",
+        lambda c: c.training.static_shape_buckets,
+        data_order=True,
+        fingerprinted=False,  # the sampler records the effective pad lengths instead
+        sampler_key="pad_to",
+    ),
+    ResumeField(
+        "training.packing",
+        "sequence packing (which conversations share a row and a micro-batch)",
+        lambda c: c.training.packing,
+        data_order=True,
+        default=False,
+        sampler_key="packing",
+    ),
+)
+
+FIELDS_BY_NAME: dict[str, ResumeField] = {f.name: f for f in RESUME_CONTRACT}
+# Fields whose change makes a checkpoint meaningless for this run: resume refuses, naming them.
+IDENTITY_FIELDS: tuple[str, ...] = tuple(f.name for f in RESUME_CONTRACT if not f.data_order)
+# Data-order fields -> what they mean: the names `--allow-changed` accepts.
+DATA_ORDER_FIELDS: dict[str, str] = {f.name: f.meaning for f in RESUME_CONTRACT if f.data_order}
+# The sampler's saved settings, in the order it saves them.
+SAMPLER_FIELDS: tuple[ResumeField, ...] = tuple(f for f in RESUME_CONTRACT if f.sampler_key)
+# Sampler setting -> the config field it comes from: how a refused resume names it.
+SAMPLER_CONFIG_FIELDS: dict[str, str] = {f.sampler_key: f.name for f in SAMPLER_FIELDS}  # type: ignore[misc]
+# Sampler settings older states lack, with the value those plans had.
+SAMPLER_DEFAULTS: dict[str, Any] = {
+    f.sampler_key: f.default
+    for f in SAMPLER_FIELDS
+    if f.has_default  # type: ignore[misc]
+}
+
+
+def run_fingerprint(config: Config, *, data: str) -> dict[str, Any]:
+    """What a checkpoint must agree on with the config that resumes it (`data`: the data's
+    fingerprint); fields at their default are left out, as older checkpoints have them."""
+    fingerprint: dict[str, Any] = {}
+    for row in RESUME_CONTRACT:
+        if not row.fingerprinted:
+            continue
+        value = data if row.read is None else row.read(config)
+        if row.has_default and value == row.default:
+            continue
+        fingerprint[row.name] = value
+    return fingerprint
+
+
+def with_defaults(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved run fingerprint with the defaults filled in for the fields it predates."""
+    filled = {r.name: r.default for r in RESUME_CONTRACT if r.fingerprinted and r.has_default}
+    return {**filled, **saved}
+
+
+def check_allow_changed(names: Iterable[str]) -> tuple[str, ...]:
+    """Validate `--allow-changed` names against the data-order fields; return them as a tuple."""
+    names = tuple(n.strip() for n in names if n.strip())
+    unknown = [n for n in names if n not in DATA_ORDER_FIELDS]
+    if unknown:
+        raise ValueError(
+            f"--allow-changed: {', '.join(map(repr, unknown))} cannot be allowed to change on "
+            f"resume; the fields that can: {', '.join(DATA_ORDER_FIELDS)}"
+        )
+    return names
+
+
+def mode_settings(mode: SamplerMode) -> dict[str, bool]:
+    """The sampler's saved mode entries (`length_grouped`, `packing`, ...) for `mode`."""
+    on = MODE_FIELDS[mode]
+    return {f.sampler_key: f.name in on for f in SAMPLER_FIELDS if f.selects_mode}  # type: ignore[misc]
+
+
+def saved_mode(state: Mapping[str, Any]) -> SamplerMode:
+    """The mode of a saved sampler state (older states may hold overridden flags too)."""
+    state = {**SAMPLER_DEFAULTS, **state}
+    return mode_of(f.name for f in SAMPLER_FIELDS if f.selects_mode and state.get(f.sampler_key))

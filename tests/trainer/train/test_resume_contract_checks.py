@@ -1,0 +1,36 @@
+"""The trainer's fingerprint check reads a checkpoint through the resume contract's defaults:
+a fingerprint from before a field existed resumes a run that leaves the option off, and is
+refused, naming the field and the override, for a run that turns it on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specdraft.config import load_config
+from specdraft.trainer.train.assembly import run_fingerprint
+from specdraft.trainer.train.checkpoint import CheckpointMismatch, check_fingerprint
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "qwen3-8b-dflash2-2048.toml"
+
+
+def test_an_older_fingerprint_resumes_and_refuses_through_the_defaults(tmp_path: Path) -> None:
+    older = run_fingerprint(load_config(EXAMPLE), "d")
+    assert "training.packing" not in older and "data.anchor_grouped" not in older
+    assert check_fingerprint(older, run_fingerprint(load_config(EXAMPLE), "d"), tmp_path) == []
+    grouped = run_fingerprint(load_config(EXAMPLE, ["data.anchor_grouped=true"]), "d")
+    with pytest.raises(CheckpointMismatch) as refused:
+        check_fingerprint(older, grouped, tmp_path)
+    message = str(refused.value)
+    assert "data.anchor_grouped: checkpoint has False, config has True" in message
+    assert "--allow-changed data.anchor_grouped" in message
+    changes = check_fingerprint(older, grouped, tmp_path, allow_changed=("data.anchor_grouped",))
+    assert changes == ["data.anchor_grouped: checkpoint has False, config has True"]
+
+
+def test_identity_fields_are_refused_even_when_data_order_is_allowed(tmp_path: Path) -> None:
+    saved = run_fingerprint(load_config(EXAMPLE), "d")
+    other = run_fingerprint(load_config(EXAMPLE, ["model.block_size=8"]), "d")
+    with pytest.raises(CheckpointMismatch, match="block_size: checkpoint has 16, config has 8"):
+        check_fingerprint(saved, other, tmp_path, allow_changed=("training.seed",))
