@@ -17,14 +17,12 @@
 # A venv whose stamp matches this script, the plugin and the reused environment is kept as is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/venv_lock.sh
 VENV="${1:-build/sglang-venv}"
 PYTHON="${PYTHON:-python3}"
-STAMP="$VENV/.specdraft-stamp"
 # One build at a time: `make test` starts one in the background while the tests run, and the
 # SGLang tests' own call waits here for it to finish, then finds its stamp.
-mkdir -p "$(dirname "$VENV")"
-exec 9>"$VENV.lock"
-flock 9
+venv_lock "$VENV"
 
 # The reused environment: its site-packages, and its torch, which must be the CPU build.
 if ! BASE="$("$PYTHON" -c 'import sysconfig, torch; print(sysconfig.get_paths()["purelib"]); print(torch.__version__)')"; then
@@ -39,8 +37,8 @@ if [[ "$BASE_TORCH" != *+cpu ]]; then
   exit 1
 fi
 
-want="$(cat "$0" packages/sglang-plugin/pyproject.toml packages/sglang-plugin/src/specdraft_sglang_plugin/*.py <(echo "$BASE") | sha256sum | cut -d' ' -f1)"
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
+want="$(cat "$0" scripts/venv_lock.sh packages/sglang-plugin/pyproject.toml packages/sglang-plugin/src/specdraft_sglang_plugin/*.py <(echo "$BASE") | sha256sum | cut -d' ' -f1)"
+if venv_current "$VENV" "$want"; then
   exit 0
 fi
 
@@ -76,4 +74,4 @@ pip=("$PYTHON" -m pip --python "$VENV/bin/python" install -q --disable-pip-versi
 "${pip[@]}" --no-deps ./packages/sglang-plugin
 "$VENV/bin/python" -c "import torch; assert torch.__version__.endswith('+cpu'), torch.__version__"
 "$VENV/bin/python" -c "import sglang.srt.server_args, sglang.srt.arg_groups.validation_hook"
-echo "$want" >"$STAMP"
+venv_stamp "$VENV" "$want"

@@ -17,19 +17,17 @@
 # A venv whose stamp matches this script and the vLLM venv's stamp is kept as is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/venv_lock.sh
 VENV="${1:-build/speculators-venv}"
 VLLM_VENV="${VLLM_VENV:-build/vllm-venv}"
-STAMP="$VENV/.specdraft-stamp"
 SPECULATORS_VERSION="0.9.0"
-mkdir -p "$(dirname "$VENV")"
-exec 9>"$VENV.lock"
-flock 9
+venv_lock "$VENV"
 
 # The reused venv first (a no-op when its stamp is current; waits while `make test` builds it).
 bash scripts/vllm_cpu_venv.sh "$VLLM_VENV"
 BASE_SITE="$("$VLLM_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-want="$(cat "$0" "$VLLM_VENV/.specdraft-stamp" <(echo "$BASE_SITE") | sha256sum | cut -d' ' -f1)"
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
+want="$(cat "$0" scripts/venv_lock.sh "$VLLM_VENV/.specdraft-stamp" <(echo "$BASE_SITE") | sha256sum | cut -d' ' -f1)"
+if venv_current "$VENV" "$want"; then
   exit 0
 fi
 
@@ -49,4 +47,4 @@ from speculators.models.dflash import DFlashDraftModel
 from speculators.models.dflash2 import DFlash2DraftModel
 from speculators.models.dspark import DSparkDraftModel
 print('speculators $SPECULATORS_VERSION on transformers', transformers.__version__)"
-echo "$want" >"$STAMP"
+venv_stamp "$VENV" "$want"

@@ -14,17 +14,15 @@
 # script is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/venv_lock.sh
 VENV="${1:-build/vllm-venv}"
 PYTHON="${PYTHON:-python3}"
-STAMP="$VENV/.specdraft-stamp"
 VLLM_VERSION="0.32.0"
-mkdir -p "$(dirname "$VENV")"
 # One build at a time: `make test` starts one in the background; the serve tests wait here.
-exec 9>"$VENV.lock"
-flock 9
+venv_lock "$VENV"
 
-want="$(cat "$0" | sha256sum | cut -d' ' -f1)"
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
+want="$(cat "$0" scripts/venv_lock.sh | sha256sum | cut -d' ' -f1)"
+if venv_current "$VENV" "$want"; then
   exit 0
 fi
 rm -rf "$VENV"
@@ -37,4 +35,4 @@ pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 "$VENV/bin/python" -c "import torch; assert torch.__version__.endswith('+cpu'), torch.__version__"
 "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__)"
-echo "$want" >"$STAMP"
+venv_stamp "$VENV" "$want"
