@@ -20,6 +20,7 @@ from train_support import DIST_ENV, fit_run, single_thread, tiny_run, write_conf
 
 from specdraft.trainer.train import checkpoint as checkpoint_module
 from specdraft.trainer.train.metrics import MetricsWriter, read_metrics
+from specdraft.trainer.train.tracking.jsonl import JsonlFile
 
 
 @pytest.fixture(autouse=True)
@@ -86,14 +87,14 @@ def test_two_failed_saves_in_a_row_stop_the_run_after_checking_the_last_good_one
 
 def test_a_failed_metrics_write_is_retried_never_fatal(tiny_target_path, tmp_path, monkeypatch):
     failures = iter([True, True, False, False, False, False])
-    real = MetricsWriter._append
+    real = JsonlFile._append
 
     def append(self, data: bytes) -> None:
         if next(failures, False):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(self, data)
 
-    monkeypatch.setattr(MetricsWriter, "_append", append)
+    monkeypatch.setattr(JsonlFile, "_append", append)
     result = fit(tiny_run(tiny_target_path, tmp_path / "run", training={"max_steps": 4}))
     assert result.final_step == 4
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")

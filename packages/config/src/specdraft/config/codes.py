@@ -3,8 +3,8 @@
 Codes never change meaning once released, so users can grep for them and tools can key on them.
 Ranges: SD0xx the file itself (I/O, TOML syntax), SD1xx the schema (unknown, missing, wrong type
 or value), SD2xx shape buckets, static shapes, compile and fp8, SD3xx the model and its target,
-SD4xx deployment. A schema rule error type (`schema.RULE_TYPES`) or a pydantic error type maps to
-exactly one code through `code_for`.
+SD4xx deployment, SD5xx tracking. A schema rule error type (`schema.RULE_TYPES`) or a pydantic
+error type maps to exactly one code through `code_for`.
 """
 
 from __future__ import annotations
@@ -151,6 +151,10 @@ CODES: tuple[Code, ...] = (
          ("watermark_below_window",)),
     Code("SD403", "unused-deployment-table", "warning",
          "Disaggregated or Mooncake settings that the chosen mode or store ignores."),
+    # ---- tracking
+    Code("SD501", "tracking-package-missing", "warning",
+         "A selected tracking backend's package is not installed (specdraft train refuses to "
+         "start)."),
 )  # fmt: skip
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

@@ -17,6 +17,7 @@ from .families import family_rules, options_tables_ignored
 from .finding import Problem
 from .schema import Config
 from .target_info import TargetInfo, TargetUnreadable, read_target_info
+from .tracking import tracking_problems
 
 _BUCKETS = ("training", "static_shape_buckets")
 
@@ -26,6 +27,7 @@ def check_config(
 ) -> list[Problem]:
     """Every soft finding of a valid config; `target` overrides model.target for target checks."""
     problems = shape_problems(config) + unused_table_problems(config, document)
+    problems += tracking_problems(config)
     info, unreadable = load_target(config, target)
     if unreadable is not None:
         problems.append(unreadable)

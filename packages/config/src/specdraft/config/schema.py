@@ -678,15 +678,47 @@ class DeploymentConfig(_Section):
 # ------------------------------------------------------------------------------------ tracking
 
 
+# The tracking backends the trainer can mirror the metrics JSONL to; each name is also the
+# package it imports and the specdraft-trainer extra that installs it (`tracking.py`). The
+# trainer's registry (`specdraft.trainer.train.tracking`) has one module per name.
+TrackingBackend = Literal["tensorboard", "wandb", "mlflow"]
+
+
 class TrackingConfig(_Section):
-    """`[tracking]`: metrics sinks. JSONL is always written."""
+    """`[tracking]`: metrics sinks. JSONL is always written; `backends` mirror it."""
 
     jsonl_path: str | None = Field(
         None, description="Metrics JSONL file; defaults to <output_dir>/metrics.jsonl."
     )
-    tensorboard: bool = Field(False, description="Also write TensorBoard event files.")
+    backends: list[TrackingBackend] = Field(
+        [],
+        description="Tracking backends that get every number of each metrics JSONL line, under "
+        "the same name and step, from rank 0: 'tensorboard', 'wandb' (Weights & Biases; "
+        "WANDB_MODE=offline keeps the run on disk, `wandb sync` uploads it), 'mlflow'. Each is "
+        "an extra: pip install 'specdraft-trainer[NAME]'; `specdraft train` refuses to start "
+        "without it.",
+    )
+    tensorboard: bool = Field(
+        False, description="Also write TensorBoard event files (same as 'tensorboard' in backends)."
+    )
     tensorboard_dir: str | None = Field(
         None, description="TensorBoard folder; defaults to <output_dir>/tensorboard."
+    )
+    project: str | None = Field(
+        None,
+        min_length=1,
+        description="W&B project and MLflow experiment; unset: WANDB_PROJECT / "
+        "MLFLOW_EXPERIMENT_NAME, else 'specdraft'.",
+    )
+    run_name: str | None = Field(
+        None, min_length=1, description="The run's name in W&B and MLflow; unset: run_id."
+    )
+    mlflow_tracking_uri: str | None = Field(
+        None,
+        min_length=1,
+        description="MLflow tracking URI (a server, or sqlite:///path); unset: "
+        "MLFLOW_TRACKING_URI, else sqlite:///<output_dir>/mlflow.db with artifacts in "
+        "<output_dir>/mlflow-artifacts.",
     )
     progress_bar: bool = Field(True, description="Show a progress bar while training.")
     peak_tflops: float | None = Field(
@@ -696,6 +728,12 @@ class TrackingConfig(_Section):
         "peak of a known GPU (H100, H200, B200, B300, A100, ...), else a short GEMM probe's "
         "measured rate (CPU, unknown GPUs).",
     )
+
+    @property
+    def selected_backends(self) -> tuple[str, ...]:
+        """The backends this run mirrors to, in order, once each (`tensorboard = true` too)."""
+        names = [*self.backends, *(["tensorboard"] if self.tensorboard else [])]
+        return tuple(dict.fromkeys(names))
 
 
 # -------------------------------------------------------------------------------------- config

@@ -24,7 +24,7 @@ from ..backends import BackendOptions, backend_options_from_config, prepare
 from ..runtime import DistContext, barrier
 from ..runtime.http_json import run_folder
 from .checkpoint_policy import CheckpointPolicy
-from .metrics import MetricsWriter
+from .metrics import metrics_writer
 from .resume import resume_trainer
 from .sample_record import RECORD_NAME, SampleRecord
 from .schedule import build_scheduler
@@ -173,15 +173,7 @@ def build_trainer(
         evaluator = build_evaluator(config, ctx, head=head, spec=spec, shapes=shapes, data=data)
     output = RunOutput(
         output_dir=output_dir,
-        writer=MetricsWriter(
-            Path(config.tracking.jsonl_path or output_dir / "metrics.jsonl"),
-            tensorboard_dir=(
-                Path(config.tracking.tensorboard_dir or output_dir / "tensorboard")
-                if config.tracking.tensorboard
-                else None
-            ),
-            enabled=ctx.is_main,
-        ),
+        writer=metrics_writer(config, output_dir, ctx),
         fingerprint=run_fingerprint(config, source.fingerprint),
         draft_config=draft_config,
         # Export casts the fp32 master weights to the dtype the config asks for.

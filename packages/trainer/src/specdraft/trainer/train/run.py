@@ -74,6 +74,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from ..integrity import CorruptFile
     from .checkpoint import CheckpointMismatch, NothingToResume
     from .eval_run import NoEvalPrompts
+    from .tracking.base import TrackingUnavailable
 
     return (
         NoEvalPrompts,
@@ -83,6 +84,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
         SamplerStateMismatch,
         FeatureMismatch,
         EmptyCorpusError,
+        TrackingUnavailable,
     )
 
 
@@ -123,6 +125,7 @@ def _run_rank(
                 )
             except OSError as exc:  # the checkpoint holds the run; the summary is a report
                 log.error("summary.json not written: %s", exc)
+        trainer.writer.log_summary(summary)
         trainer.writer.close()
         return summary
     finally:
@@ -262,7 +265,15 @@ def in_process_target_line(config: Config, target_config: Any, dtype_bytes: int)
 
 
 def runtime_check_errors(config: Config) -> list[str]:
-    """Config checks that need this machine: fp8_linear needs CUDA, FSDP2 and torchao."""
+    """Config checks that need this machine: the tracking backends' packages; fp8_linear needs
+    CUDA, FSDP2 and torchao."""
+    from .tracking.registry import tracking_errors
+
+    errors = tracking_errors(config)
+    return errors + _fp8_errors(config)
+
+
+def _fp8_errors(config: Config) -> list[str]:
     if not config.training.fp8_linear:
         return []
     from ..backends import Fp8Unavailable, backend_options_from_config, check_fp8_supported

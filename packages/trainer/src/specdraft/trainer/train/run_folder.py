@@ -24,11 +24,19 @@ from pathlib import Path
 
 from ..runtime.atomic import fsync_dir
 from ..runtime.http_json import run_folder
+from .tracking.registry import run_files as tracking_run_files
 
 LOCK_NAME = ".specdraft-run.lock"
 REPLACED_PREFIX = "replaced-"
-# What a training run writes into output_dir (and --overwrite moves aside).
-RUN_FILES = ("checkpoints", "metrics.jsonl", "summary.json", "tensorboard", "trained-samples")
+# What a training run writes into output_dir (and --overwrite moves aside); each tracking
+# backend names its own (TensorBoard's events, W&B's offline runs, MLflow's store).
+RUN_FILES = (
+    "checkpoints",
+    "metrics.jsonl",
+    "summary.json",
+    "trained-samples",
+    *tracking_run_files(),
+)
 
 
 class RunFolderError(RuntimeError):
