@@ -7,6 +7,7 @@ import json
 import pytest
 from config_cases import BASE, position_of, replace_once
 
+from specdraft.config.families import FAMILY_RULES
 from specdraft.config.lint import lint_text
 from specdraft.config.report import ExitCode
 from specdraft.config.target_info import read_target_info
@@ -85,7 +86,9 @@ def test_block_size_below_two_is_rejected():
 def test_unknown_algorithm_lists_the_choices():
     text = replace_once(BASE, 'algorithm = "dflash2"', 'algorithm = "eagle3"')
     finding = _one(text, "SD104")
-    assert "'dflash', 'dflash2' or 'dspark'" in finding.message
+    *rest, last = (f"'{name}'" for name in FAMILY_RULES)
+    assert f"{', '.join(rest)} or {last}" in finding.message  # every registered family
+    assert "'dflash', 'dflash2'" in finding.message
     assert (finding.line, finding.col) == position_of(text, '"eagle3"')
 
 

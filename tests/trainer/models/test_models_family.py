@@ -28,11 +28,15 @@ from specdraft.trainer.models import (
     load_target_config,
     metric_ratios,
 )
-from specdraft.trainer.models.family import FAMILIES
+from specdraft.trainer.models.family import FAMILIES, _load_family, family_of_config
 from specdraft.trainer.models.losses import COMMON_METRIC_RATIOS
 from specdraft.trainer.train.export import ExportError, draft_class_for, load_checkpoint_draft
+from specdraft.trainer.train.export.source import ExportRefused
+from specdraft.trainer.train.export.speculators import speculators_config
+from specdraft.trainer.train.export.vllm import check_vllm_can_build
 
-ALGORITHMS = ["dflash", "dflash2", "dspark"]
+# Every registered family (a new one is exercised here without an edit).
+ALGORITHMS = list(FAMILY_RULES)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -111,7 +115,8 @@ def test_unknown_algorithms_and_architectures_name_the_known_ones():
 
 def test_the_schema_the_linter_and_the_trainer_know_the_same_families():
     schema = list(get_args(ModelConfig.model_fields["algorithm"].annotation))
-    assert schema == list(FAMILY_RULES) == list(FAMILIES) == ALGORITHMS
+    assert schema == list(FAMILY_RULES) == list(FAMILIES)
+    assert {"dflash", "dflash2", "dspark"} <= set(schema)
     # Each options table the linter reports as ignored is a [model.*] section of the schema, and
     # every such section belongs to one family.
     tables = {r.options_table for r in FAMILY_RULES.values()} - {None}
@@ -120,7 +125,9 @@ def test_the_schema_the_linter_and_the_trainer_know_the_same_families():
         for name, field in ModelConfig.model_fields.items()
         if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
     }
-    assert tables == sections == {"dflash2", "dspark"}
+    assert tables == sections >= {"dflash2", "dspark"}
+    for name in tables:
+        assert ModelConfig.model_fields[name].annotation is FAMILY_RULES[name].options
 
 
 def test_every_family_logs_the_common_rates_and_its_own():
@@ -141,3 +148,28 @@ def test_two_families_cannot_log_one_rate_from_different_sums(monkeypatch):
     monkeypatch.setitem(FAMILIES, "clash", clash)
     with pytest.raises(TypeError, match=r"'clash' logs 'loss/dflash_ce' from \('ce_sum'"):
         metric_ratios()
+
+
+def test_a_registered_family_without_its_folder_says_what_to_add():
+    with pytest.raises(ImportError, match=r"'nosuch'.*models/nosuch/ with a family.py"):
+        _load_family("nosuch")
+
+
+def test_a_family_an_engine_cannot_load_is_refused_by_that_export(tmp_path):
+    family = DraftFamily(**{**vars(FAMILIES["dflash"]), "vllm": None, "speculators": None})
+    with pytest.raises(ExportRefused, match=r"vLLM has no loader for the 'dflash' family"):
+        check_vllm_can_build(family, None, "ckpt")
+    with pytest.raises(ExportRefused, match=r"--format speculators has no layout.*sglang"):
+        speculators_config(family, {"block_size": 8}, "verifier", [])
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_the_family_of_a_built_drafts_config_is_its_own(algorithm, draft_model_config):
+    cfg = draft_model_config(algorithm)
+    draft = build_draft(cfg, load_target_config(cfg.target), dtype=torch.float32, device="meta")
+    family = family_of_config(draft.config)
+    assert family is family_of(cfg)
+    # The slots the objective computes: DSpark predicts from the anchor slot on.
+    assert family.supervised_slots(8) == (8 if family.sample_from_anchor else 7)
+    with pytest.raises(ValueError, match="not a draft family's config"):
+        family_of_config(object())

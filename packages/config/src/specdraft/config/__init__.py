@@ -10,15 +10,15 @@ from .buckets import (
     effective_buckets_from,
     max_length_appended,
 )
+from .families.dflash2 import DFlash2Options
+from .families.dspark import DSparkOptions
 from .loader import ConfigError, apply_overrides, load_config, read_toml, validate_config
 from .schema import (
     BUCKET_QUANTUM,
     Config,
     DataConfig,
     DeploymentConfig,
-    DFlash2Options,
     DisaggregatedConfig,
-    DSparkOptions,
     ModelConfig,
     MooncakeConfig,
     TrackingConfig,

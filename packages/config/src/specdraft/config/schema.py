@@ -9,18 +9,31 @@ and notes) are not errors and live in `rules.py`.
 
 from __future__ import annotations
 
-import math
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
-    ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+
+from .families import FAMILY_RULES, family_rule_types, family_rules
+from .section import (
+    MAX_ACCUM_STEPS,
+    MAX_ANCHORS,
+    MAX_EPOCHS,
+    MAX_LAYERS,
+    MAX_NODES,
+    MAX_RANKS_PER_NODE,
+    MAX_SAMPLES_PER_BATCH,
+    MAX_TOKENS_PER_SAMPLE,
+    MAX_WIDTH,
+    NonNegInt,
+    PositiveInt,
+)
+from .section import Section as _Section
+from .section import rule as _rule
 
 # flex_attention's block mask works in 128-token blocks; fp8 needs multiples of 16, which 128
 # satisfies. Every static length must be a multiple of this.
@@ -30,134 +43,24 @@ BUCKET_QUANTUM = 128
 DEFAULT_LOSS_DECAY_GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}
 
 
-def _rule(
-    error_type: str, message: str, *, key: str | None = None, index: int | None = None
-) -> PydanticCustomError:
-    """Build a rule error; `key`/`index` tell the linter where the offending value sits."""
-    ctx: dict[str, object] = {}
-    if key is not None:
-        ctx["key"] = key
-    if index is not None:
-        ctx["index"] = index
-    # Braces in the message would be read as template fields by pydantic.
-    safe = message.replace("{", "(").replace("}", ")")
-    return PydanticCustomError(error_type, safe, ctx or None)
-
-
-class _Section(BaseModel):
-    """Base for every table: unknown keys are errors, assignment is validated."""
-
-    # No NaN or infinity anywhere: a non-finite rate, weight or timeout only fails later, and
-    # far from its key.
-    model_config = ConfigDict(
-        extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False
-    )
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _at_most_limit(cls, value: Any, info: ValidationInfo) -> Any:
-        # Checked on the raw value, before int conversion: `1e23` must read as "too large", not
-        # as pydantic's integer-parsing error, and no huge number reaches an allocation.
-        field = cls.model_fields.get(info.field_name or "")
-        metadata = field.metadata if field is not None else []
-        limit = next((m.le for m in metadata if getattr(m, "le", None) is not None), None)
-        if (
-            limit is not None
-            and isinstance(value, int | float)
-            and not isinstance(value, bool)
-            and math.isfinite(value)
-            and value > limit
-        ):
-            raise _rule(
-                "above_limit",
-                f"above the largest allowed value {limit} (a larger value overflows, cannot be "
-                f"allocated or, for a rate, diverges); use a value <= {limit}",
-            )
-        return value
-
-
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
-
-# Upper bounds far above any real run and far below what overflows a tensor size or an int64
-# product of sizes, so an absurd value is a lint error instead of an allocation traceback or a
-# hang. Documented in docs/config.md through each field's `<=` constraint.
-MAX_SAMPLES_PER_BATCH = 4096
-MAX_ACCUM_STEPS = 4096
-MAX_TOKENS_PER_SAMPLE = 1 << 20
-MAX_ANCHORS = 1 << 16
-MAX_WIDTH = 1 << 20  # hidden widths and ranks
-MAX_LAYERS = 1024
-MAX_EPOCHS = 100_000
-MAX_RANKS_PER_NODE = 1024
-MAX_NODES = 65_536
-
-
 # --------------------------------------------------------------------------------------- model
 
 
-class DFlash2Options(_Section):
-    """`[model.dflash2]`: the DFlash2 in-block convolution and pairwise path selector."""
-
-    conv_group_size: PositiveInt = Field(
-        16,
-        le=MAX_WIDTH,
-        description="Channels that share one dynamic correction of the two-tap in-block "
-        "depthwise convolution. Must divide the hidden size.",
-    )
-    selector_top_k: PositiveInt = Field(
-        16,
-        le=MAX_WIDTH,
-        description="Candidates kept per block position by the pairwise path selector.",
-    )
-    selector_rank: PositiveInt = Field(
-        256,
-        le=MAX_WIDTH,
-        description="Rank of the selector's pairwise bilinear score <A(a)*H(h), B(b)>.",
-    )
-    selector_loss_weight: float = Field(
-        0.1, ge=0.0, description="Weight of the selector cross-entropy added to the DFlash loss."
-    )
-    selector_gold_policy: Literal["exclude", "insert"] | None = Field(
-        None,
-        description="What the selector loss does when the gold token is not among the top-k "
-        "candidates: 'exclude' drops that position from the selector loss, 'insert' puts the "
-        "gold token into the candidate set in place of the weakest candidate. Required for "
-        "dflash2: there is no silent default.",
-    )
+def _algorithm_help() -> str:
+    """`model.algorithm`'s description: every registered family with its one-line summary."""
+    clauses = [f"'{rules.name}' ({rules.summary})" for rules in FAMILY_RULES.values()]
+    listed = ", ".join(clauses[:-1]) + " or " + clauses[-1] if len(clauses) > 1 else clauses[0]
+    return f"Draft family: {listed}."
 
 
-class DSparkOptions(_Section):
-    """`[model.dspark]`: the DSpark Markov head, confidence head and loss weights."""
-
-    markov_rank: PositiveInt = Field(
-        256,
-        le=MAX_WIDTH,
-        description="Rank of the low-rank previous-token bias W2(E1[prev]) on the logits.",
-    )
-    markov_type: Literal["vanilla", "gated", "rnn"] = Field(
-        "vanilla",
-        description="Markov head variant: 'vanilla' adds W2(E1[prev]); 'gated' scales it by a "
-        "gate from the draft hidden state; 'rnn' carries a recurrent state along the block.",
-    )
-    confidence_head: bool = Field(
-        True, description="Train a head that predicts each position's acceptance probability."
-    )
-    confidence_uses_markov: bool = Field(
-        False, description="Feed the Markov embedding of the previous token to the confidence head."
-    )
-    ce_weight: float = Field(0.1, ge=0.0, description="Weight of the cross-entropy term.")
-    l1_weight: float = Field(
-        0.9, ge=0.0, description="Weight of the L1 distance between draft and target distributions."
-    )
-    confidence_weight: float = Field(
-        1.0,
-        ge=0.0,
-        description="Weight of the confidence BCE against accept = clamp(1 - L1/2, 0, 1).",
-    )
+# The registered family names (families/): `Literal["dflash", "dflash2", ...]` at run time.
+if TYPE_CHECKING:
+    FamilyName = str
+else:
+    FamilyName = Literal[tuple(FAMILY_RULES)]
 
 
-class ModelConfig(_Section):
+class _ModelFields(_Section):
     """`[model]`: the frozen target and the draft that is trained for it."""
 
     target: str = Field(
@@ -165,13 +68,7 @@ class ModelConfig(_Section):
         description="Local path of the target model (a HF folder with config.json and "
         "safetensors). Weights are never downloaded at run time.",
     )
-    algorithm: Literal["dflash", "dflash2", "dspark"] = Field(
-        ...,
-        description="Draft family: 'dflash' (the plain DFlash draft SGLang and vLLM serve: the "
-        "backbone alone, slot k predicts anchor + k), 'dflash2' (DFlash + in-block "
-        "convolutions + pairwise path selector) or 'dspark' (shifted labels, Markov and "
-        "confidence heads).",
-    )
+    algorithm: FamilyName = Field(..., description=_algorithm_help())
     block_size: PositiveInt = Field(
         16,
         le=MAX_ANCHORS,
@@ -198,14 +95,6 @@ class ModelConfig(_Section):
     draft_intermediate_size: PositiveInt | None = Field(
         None, le=MAX_WIDTH, description="MLP width of the draft layers; defaults to the target's."
     )
-    dflash2: DFlash2Options = Field(
-        default_factory=DFlash2Options,
-        description="DFlash2 options (used when algorithm = 'dflash2').",
-    )
-    dspark: DSparkOptions = Field(
-        default_factory=DSparkOptions,
-        description="DSpark options (used when algorithm = 'dspark').",
-    )
 
     @field_validator("target_layer_ids")
     @classmethod
@@ -230,15 +119,39 @@ class ModelConfig(_Section):
         return value
 
     @model_validator(mode="after")
-    def _algorithm_options(self) -> ModelConfig:
-        if self.algorithm == "dflash2" and self.dflash2.selector_gold_policy is None:
-            raise _rule(
-                "selector_gold_policy_missing",
-                "algorithm 'dflash2' needs model.dflash2.selector_gold_policy = 'exclude' or "
-                "'insert' (what the selector loss does when the gold token is not in the top-k)",
-                key="model.dflash2.selector_gold_policy",
-            )
+    def _algorithm_options(self) -> _ModelFields:
+        family_rules(self.algorithm).option_rules(self)
         return self
+
+
+def _family_tables() -> dict[str, Any]:
+    """One `[model.<family>]` options table per registered family that has options."""
+    return {
+        rules.name: (
+            rules.options,
+            Field(
+                default_factory=rules.options,
+                description=f"{rules.title} options (used when algorithm = '{rules.name}').",
+            ),
+        )
+        for rules in FAMILY_RULES.values()
+        if rules.options is not None
+    }
+
+
+# `[model]` = the fields above + the families' options tables, in registry order. Type
+# checkers see the shared fields; code that reads a family's options asks the family
+# (`FamilyRules.options_of`).
+if TYPE_CHECKING:
+    ModelConfig = _ModelFields
+else:
+    ModelConfig = create_model(
+        "ModelConfig",
+        __base__=_ModelFields,
+        __doc__=_ModelFields.__doc__,
+        __module__=__name__,
+        **_family_tables(),
+    )
 
 
 # ---------------------------------------------------------------------------------------- data
@@ -862,7 +775,6 @@ class Config(_Section):
 RULE_TYPES = (
     "layer_id_negative",
     "layer_id_duplicate",
-    "selector_gold_policy_missing",
     "bucket_not_multiple",
     "bucket_not_increasing",
     "buckets_without_static",
@@ -882,4 +794,5 @@ RULE_TYPES = (
     "features_with_disaggregated",
     "watermark_below_window",
     "above_limit",
+    *family_rule_types(),
 )

@@ -1,69 +1,42 @@
-"""The draft families as the linter sees them (torch-free): options table and target checks.
+"""The draft families, config side (torch-free): the registry the schema and the linter read.
 
-One `FamilyRules` per `model.algorithm` value. The linter iterates over `FAMILY_RULES` instead of
-naming families: the options tables of the families not chosen are reported as ignored (SD319),
-and the chosen family's own checks against the target run with the other target checks. The
-trainer's registry (`specdraft.trainer.models.family.FAMILIES`) binds the same names to model
-classes; a test keeps the two registries and the schema's `model.algorithm` values equal.
+Each family is a module here (`dflash.py`, `dflash2.py`, `dspark.py`) with one `FamilyRules`:
+its options table, the hard rules on it, its lint checks against the target. `FAMILY_NAMES`
+below is the one registration line (a name per family). Nothing else in the config package names a
+family: `ModelConfig.algorithm`'s allowed values and its `[model.<family>]` tables are built from
+this registry (schema.py), the linter reports the tables of the families not chosen as ignored
+(SD319) and runs the chosen family's target checks.
+
+The trainer finds each family's torch half by the same name, `specdraft.trainer.models.<name>`,
+so a new family is this module + the trainer's folder + the line below. The two halves cannot
+be one folder: the config package never imports torch nor the trainer, and a config-only
+install still validates every family's options.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import importlib
 
-from .finding import Problem
-from .schema import Config
-from .target_info import TargetInfo
+from .base import FamilyRules
 
-
-@dataclass(frozen=True)
-class FamilyRules:
-    """What the linter knows of one draft family."""
-
-    name: str
-    # The `[model.<table>]` holding this family's options, or None (plain DFlash has none).
-    options_table: str | None
-    # Soft findings about this family's options against the target's facts.
-    target_checks: Callable[[Config, TargetInfo], list[Problem]]
+# The registered families, in the order docs and messages list them: one name per family, each
+# a module here and a folder `specdraft/trainer/models/<name>/`.
+FAMILY_NAMES = ("dflash", "dflash2", "dspark")
 
 
-def _no_target_checks(config: Config, info: TargetInfo) -> list[Problem]:
-    return []
+def _load_rules(name: str) -> FamilyRules:
+    """`families/<name>.py`'s RULES, checked to be the family of that name."""
+    rules = getattr(importlib.import_module(f"{__name__}.{name}"), "RULES", None)
+    if not isinstance(rules, FamilyRules) or rules.name != name:
+        raise TypeError(f"{__name__}.{name}.RULES must be the FamilyRules named {name!r}")
+    return rules
 
 
-def _conv_group_divides_hidden(config: Config, info: TargetInfo) -> list[Problem]:
-    """DFlash2's conv groups split the hidden size: a group size must divide it."""
-    group, hidden = config.model.dflash2.conv_group_size, info.hidden_size or 0
-    if hidden <= 0 or hidden % group == 0:
-        return []
-    return [
-        Problem(
-            "SD317",
-            ("model", "dflash2", "conv_group_size"),
-            f"model.dflash2.conv_group_size {group} does not divide the hidden size "
-            f"{hidden} of the target ({info.folder}); try {_divisor_below(hidden, group)}",
-        )
-    ]
-
-
-def _divisor_below(total: int, limit: int) -> int:
-    """The largest divisor of `total` that is at most `limit` (a suggested group size)."""
-    return next(d for d in range(min(limit, total), 0, -1) if total % d == 0)
-
-
-FAMILY_RULES: dict[str, FamilyRules] = {
-    rules.name: rules
-    for rules in (
-        FamilyRules("dflash", None, _no_target_checks),
-        FamilyRules("dflash2", "dflash2", _conv_group_divides_hidden),
-        FamilyRules("dspark", "dspark", _no_target_checks),
-    )
-}
+FAMILY_RULES: dict[str, FamilyRules] = {name: _load_rules(name) for name in FAMILY_NAMES}
 
 
 def family_rules(algorithm: str) -> FamilyRules:
-    """The linter's rules of a `model.algorithm` value (the schema admits only known ones)."""
+    """The rules of a `model.algorithm` value (the schema admits only registered ones)."""
     return FAMILY_RULES[algorithm]
 
 
@@ -74,3 +47,18 @@ def options_tables_ignored(algorithm: str) -> list[str]:
         for rules in FAMILY_RULES.values()
         if rules.options_table is not None and rules.name != algorithm
     ]
+
+
+def family_rule_types() -> tuple[str, ...]:
+    """The error types of every family's hard rules (each has a code in codes.py)."""
+    return tuple(t for rules in FAMILY_RULES.values() for t in rules.rule_types)
+
+
+__all__ = [
+    "FAMILY_NAMES",
+    "FAMILY_RULES",
+    "FamilyRules",
+    "family_rule_types",
+    "family_rules",
+    "options_tables_ignored",
+]

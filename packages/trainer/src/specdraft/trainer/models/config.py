@@ -1,20 +1,10 @@
-"""HF configs of the draft families, built from the specdraft ModelConfig and the target's.
+"""HF configs of the draft families: the shared base, built from the ModelConfig and the target's.
 
 All are Qwen3 configs (`model_type = "qwen3"`) with extra keys, like the published DFlash and
 DSpark drafts, so SGLang (and vLLM) read them with a plain `AutoConfig` and pick the model class
-from `architectures`:
-
-- DFlash: architecture `DFlashDraftModel` (SGLang models/dflash.py, vLLM's registry entry for
-  qwen3_dflash). The shared keys only: with no `conv_kernel_size` / `selector_rank` in
-  `dflash_config` SGLang builds no convolution and no selector.
-- DFlash2: architecture `DFlash2DraftModel`. SGLang's `parse_dflash_draft_config` reads the
-  nested `dflash_config` first (block_size, target_layer_ids, mask_token_id, conv_kernel_size,
-  conv_group_size, selector_rank, selector_top_k; the conv and selector keys only there), then
-  top-level `block_size`, `target_layer_ids`, `mask_token_id`, `num_target_layers`.
-- DSpark: architecture `Qwen3DSparkModel` (SGLang's entry class). `markov_rank`,
-  `markov_head_type`, `enable_confidence_head` and `confidence_head_with_markov` are read at the
-  top level; SGLang enables the Markov confidence input when the key is missing, so it is always
-  written.
+from `architectures`. `DFlashDraftConfig` holds the keys every family shares (the nested
+`dflash_config` SGLang reads first: block_size, target_layer_ids, mask_token_id); each family's
+subclass, with its own keys and default `architectures`, is `models/<family>/hf_config.py`.
 
 The draft's attention shape, norm eps and RoPE theta are the target's; the draft always uses
 default RoPE (no scaling), which is what the checkpoint then declares.
@@ -29,12 +19,6 @@ from huggingface_hub.dataclasses import strict
 from transformers import Qwen3Config
 
 logger = logging.getLogger(__name__)
-
-DFLASH_ARCHITECTURE = "DFlashDraftModel"
-DFLASH2_ARCHITECTURE = "DFlash2DraftModel"
-DSPARK_ARCHITECTURE = "Qwen3DSparkModel"
-# Taps of the DFlash2 in-block convolution: y_t = k_t0 * x_t + k_t1 * x_(t-1).
-DFLASH2_CONV_TAPS = 2
 
 
 @strict
@@ -62,61 +46,6 @@ class DFlashDraftConfig(Qwen3Config):
             "target_layer_ids": list(self.target_layer_ids or []),
             "mask_token_id": self.mask_token_id,
         }
-
-
-@strict
-class DFlashConfig(DFlashDraftConfig):
-    """Plain DFlash: the backbone alone (no conv or selector keys, so engines build neither)."""
-
-    def __post_init__(self, **kwargs: Any) -> None:
-        if self.architectures is None:
-            self.architectures = [DFLASH_ARCHITECTURE]
-        super().__post_init__(**kwargs)
-
-
-@strict
-class DFlash2Config(DFlashDraftConfig):
-    """DFlash2: backbone + two-tap dynamic depthwise conv + pairwise path selector."""
-
-    conv_kernel_size: int = DFLASH2_CONV_TAPS
-    conv_group_size: int = 16
-    selector_rank: int = 256
-    selector_top_k: int = 16
-    selector_loss_weight: float = 0.1
-    selector_gold_policy: str = "exclude"
-
-    def __post_init__(self, **kwargs: Any) -> None:
-        if self.architectures is None:
-            self.architectures = [DFLASH2_ARCHITECTURE]
-        super().__post_init__(**kwargs)
-
-    def _serving_keys(self) -> dict:
-        keys = super()._serving_keys()
-        keys.update(
-            conv_kernel_size=self.conv_kernel_size,
-            conv_group_size=self.conv_group_size,
-            selector_rank=self.selector_rank,
-            selector_top_k=self.selector_top_k,
-        )
-        return keys
-
-
-@strict
-class DSparkConfig(DFlashDraftConfig):
-    """DSpark: backbone + Markov head + confidence head, trained on shifted labels."""
-
-    markov_rank: int = 256
-    markov_head_type: str = "vanilla"
-    enable_confidence_head: bool = True
-    confidence_head_with_markov: bool = False
-    ce_weight: float = 0.1
-    l1_weight: float = 0.9
-    confidence_weight: float = 1.0
-
-    def __post_init__(self, **kwargs: Any) -> None:
-        if self.architectures is None:
-            self.architectures = [DSPARK_ARCHITECTURE]
-        super().__post_init__(**kwargs)
 
 
 def target_text_config(target_config: Any) -> Any:

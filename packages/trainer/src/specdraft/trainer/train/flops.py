@@ -16,6 +16,10 @@ Per micro-batch of B rows, padded length S and anchor width N (T = N * bs draft 
     confidence  DSpark: 2 R (H [+ r])                                                  x3
     target head DSpark with L1 or the confidence head: 2 R H V, under no_grad          x1
 
+The backbone's terms are counted here; a family's own (DFlash2's conv and selector, DSpark's
+heads, and which slots the objective computes) come from its folder (`DraftFamily.layer_flops`,
+`head_flops`, `supervised_slots` in models/<family>/family.py).
+
 Forward + backward is 3x the forward for trainable parts (the backward computes the input's
 and the weight's gradients), 2x where one of the two is not needed (the frozen head's weight,
 the features into fc), 1x for the target head. These are *model* FLOPs, what MFU counts.
@@ -37,13 +41,12 @@ import torch
 
 from specdraft.collate import ANCHOR_WIDTH
 
-from ..models.config import DFlash2Config, DFlashDraftConfig, DSparkConfig
+from ..models.config import DFlashDraftConfig
+from ..models.family import family_of_config
+from ..models.family_spec import NO_GRAD, ONE_GRAD, TRAINABLE, DraftFamily
 from .peak import Peak, resolve_peak
 
-# Forward + backward over forward, by what the backward computes.
-TRAINABLE = 3  # input and weight gradients
-ONE_GRAD = 2  # only one of them (frozen weight, or an input that is data)
-NO_GRAD = 1
+__all__ = ["NO_GRAD", "ONE_GRAD", "TRAINABLE", "FlopMeter", "Part", "StepFlops"]
 
 
 @dataclass(frozen=True)
@@ -93,24 +96,11 @@ class StepFlops:
         return StepFlops(parts)
 
 
-def _objective_parts(config: DFlashDraftConfig, rows: int, hidden: int, vocab: int) -> dict:
+def _objective_parts(family: DraftFamily, config: DFlashDraftConfig, rows: int) -> dict[str, Part]:
     """The head and the family's heads over `rows` slots (all inside the checkpointed chunks)."""
-    parts = {"head": Part(2 * rows * hidden * vocab, ONE_GRAD)}
-    if isinstance(config, DFlash2Config) and config.selector_loss_weight != 0:
-        parts["selector"] = Part(2 * rows * hidden * config.selector_rank, TRAINABLE)
-    if isinstance(config, DSparkConfig):
-        rank = config.markov_rank
-        markov = 2 * rows * rank * vocab
-        if config.markov_head_type == "gated":
-            markov += 2 * rows * (hidden + rank) * rank
-        elif config.markov_head_type == "rnn":
-            markov += 2 * rows * (2 * rank + hidden) * 3 * rank
-        parts["markov"] = Part(markov, TRAINABLE)
-        if config.enable_confidence_head:
-            width = hidden + (rank if config.confidence_head_with_markov else 0)
-            parts["confidence"] = Part(2 * rows * width, TRAINABLE)
-        if config.l1_weight != 0 or config.enable_confidence_head:
-            parts["target_head"] = Part(2 * rows * hidden * vocab, NO_GRAD)
+    parts = {"head": Part(2 * rows * config.hidden_size * config.vocab_size, ONE_GRAD)}
+    for name, (forward, multiplier) in family.head_flops(config, rows).items():
+        parts[name] = Part(forward, multiplier)
     # Activation checkpointing runs each chunk's whole forward again in the backward (the
     # target head's no_grad logits included).
     return {name: Part(p.forward, p.multiplier, p.forward) for name, p in parts.items()}
@@ -124,7 +114,7 @@ def micro_batch_flops(config: DFlashDraftConfig, rows: int, length: int, anchors
         config.num_key_value_heads,
         config.head_dim,
     )
-    layers, block, vocab = config.num_hidden_layers, config.block_size, config.vocab_size
+    layers, block = config.num_hidden_layers, config.block_size
     features = len(config.target_layer_ids or ())
     context = rows * length
     per_row = anchors * block
@@ -138,12 +128,11 @@ def micro_batch_flops(config: DFlashDraftConfig, rows: int, length: int, anchors
         "attention_scores": Part(layers * scores, TRAINABLE),
         "mlp": Part(layers * 3 * 2 * tokens * hidden * inter, TRAINABLE),
     }
-    if isinstance(config, DFlash2Config):
-        groups = hidden // config.conv_group_size
-        conv = 2 * 2 * tokens * hidden * 2 * config.conv_kernel_size * groups
-        parts["conv"] = Part(layers * conv, TRAINABLE)
-    slots = block if isinstance(config, DSparkConfig) else block - 1
-    parts.update(_objective_parts(config, rows * anchors * slots, hidden, vocab))
+    family = family_of_config(config)
+    for name, (forward, multiplier) in family.layer_flops(config, tokens).items():
+        parts[name] = Part(layers * forward, multiplier)
+    slots = family.supervised_slots(block)
+    parts.update(_objective_parts(family, config, rows * anchors * slots))
     return StepFlops(parts)
 
 

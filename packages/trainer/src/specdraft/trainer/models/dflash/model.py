@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..backbone import BlockTargets, DraftModel
-from ..config import DFlashConfig, DFlashDraftConfig
+from ..config import DFlashDraftConfig
 from ..layers import DFlashDecoderLayer
 from ..losses import (
     LOSS_WEIGHT,
@@ -34,6 +34,7 @@ from ..losses import (
 )
 from ..spec import DraftTrainSpec
 from ..target import TargetHead
+from .hf_config import DFlashConfig
 
 # Logged rate -> (numerator, denominator) sums of the DFlash objective (see losses.MetricRatios).
 DFLASH_METRIC_RATIOS: MetricRatios = {

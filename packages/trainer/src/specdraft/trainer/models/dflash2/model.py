@@ -19,13 +19,13 @@ from torch.nn.attention.flex_attention import BlockMask
 from transformers import initialization as init
 
 from ..backbone import BlockTargets, DraftModel
-from ..config import DFlash2Config
 from ..dflash.model import DFLASH_METRIC_RATIOS, offset_ce, offset_metrics, offset_slots
 from ..layers import DFlashDecoderLayer, RotaryTables
 from ..losses import LOSS_WEIGHT, DraftLoss, MetricRatios, chunked_sums
 from ..spec import DraftTrainSpec
 from ..target import TargetHead
 from .conv import BlockDepthwiseConv
+from .hf_config import DFlash2Config
 from .selector import CandidateSelector, candidate_set
 
 # The DFlash rates plus the selector's (see losses.MetricRatios).

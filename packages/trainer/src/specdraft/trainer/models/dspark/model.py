@@ -20,11 +20,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..backbone import BlockTargets, DraftModel
-from ..config import DSparkConfig
 from ..dflash.model import plain_layer
 from ..losses import DraftLoss, MetricRatios, chunked_sums, decay_weights, leading_run, upcast
 from ..spec import DraftTrainSpec
 from ..target import TargetHead
+from .hf_config import DSparkConfig
 from .markov import ConfidenceHead, build_markov_head
 
 # DSpark's rates (see losses.MetricRatios): the three terms per supervised token, and the mean

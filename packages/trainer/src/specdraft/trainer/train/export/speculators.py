@@ -18,17 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from ...models.backbone import DraftModel
+from ...models.family_spec import DraftFamily
 from .layer_ids import aux_hidden_state_ids
 from .options import ExportOptions
 from .source import ExportRefused
 
 SPECULATORS_VERSION = "0.9.0"
-# specdraft family -> (speculators_model_type, the config class's default `architectures`).
-SPECULATORS_TYPES = {
-    "dflash": ("dflash", "DFlashSpeculator"),
-    "dflash2": ("dflash2", "DFlash2DraftModel"),
-    "dspark": ("dspark", "DSparkSpeculator"),
-}
 # The draft's HF keys that make up speculators' nested decoder-layer config (a Qwen3Config).
 _LAYER_KEYS = (
     "vocab_size",
@@ -65,12 +60,18 @@ def verifier_architectures(verifier: str, config: dict[str, Any]) -> list[str]:
 
 
 def speculators_config(
-    family: str, config: dict[str, Any], verifier: str, architectures: list[str]
+    family: DraftFamily, config: dict[str, Any], verifier: str, architectures: list[str]
 ) -> dict[str, Any]:
     """speculators' config.json from the draft's own (the dict `save_pretrained` wrote)."""
-    model_type, architecture = SPECULATORS_TYPES[family]
+    layout = family.speculators
+    if layout is None:
+        raise ExportRefused(
+            f"--format speculators has no layout for the {family.name!r} family (speculators "
+            "0.9.0 knows dflash, dflash2 and dspark); use --format sglang"
+        )
+    model_type, architecture = layout.model_type, layout.architecture
     block_size = int(config["block_size"])
-    sample_from_anchor = family == "dspark"  # DSpark's slot k predicts anchor + k + 1
+    sample_from_anchor = family.sample_from_anchor  # DSpark's slot k predicts anchor + k + 1
     layers = {key: config[key] for key in _LAYER_KEYS if key in config}
     layers.update(
         model_type="qwen3",
@@ -98,7 +99,7 @@ def speculators_config(
             "proposal_methods": [
                 {
                     "proposal_type": "greedy",
-                    "speculative_tokens": block_size if sample_from_anchor else block_size - 1,
+                    "speculative_tokens": family.supervised_slots(block_size),
                     "verifier_accept_k": 1,
                     "accept_tolerance": 0.0,
                 }
@@ -106,16 +107,7 @@ def speculators_config(
             "verifier": {"name_or_path": verifier, "architectures": architectures},
         },
     }
-    if family == "dflash2":
-        for key in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k"):
-            out[key] = int(config[key])
-    if family == "dspark":
-        out.update(
-            markov_rank=int(config["markov_rank"]),
-            markov_head_type=config["markov_head_type"],
-            enable_confidence_head=bool(config["enable_confidence_head"]),
-            confidence_head_with_markov=bool(config["confidence_head_with_markov"]),
-        )
+    out.update(layout.keys(config))
     return out
 
 
@@ -129,7 +121,7 @@ def write_speculators(model: DraftModel, folder: Path, options: ExportOptions) -
             "with (a hub id, or the local folder of the run's model.target), which speculators "
             "records and loads the embeddings and LM head from"
         )
-    family = family_of_architecture(type(model).__name__).name
+    family = family_of_architecture(type(model).__name__)
     model.save_pretrained(str(folder), safe_serialization=True)
     config_file = folder / "config.json"
     config = json.loads(config_file.read_text())

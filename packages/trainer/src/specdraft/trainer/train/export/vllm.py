@@ -23,17 +23,13 @@ from typing import Any
 from safetensors.torch import load_file, save_file
 
 from ...models.backbone import DraftModel
+from ...models.family_spec import DraftFamily, VllmLayout
 from .layer_ids import engine_layer_ids
 from .options import ExportOptions
 from .source import ExportRefused
 
-# specdraft family name -> vLLM's `architectures` entry (the registry key of its loader).
-VLLM_ARCHITECTURES = {
-    "dflash": "DFlashDraftModel",
-    "dflash2": "DFlash2DraftModel",
-    "dspark": "Qwen3DSparkModel",
-}
-# Tensors vLLM's loaders read, per family (beyond the backbone's).
+# Tensors every family's vLLM loader reads (the backbone); each family adds its own
+# (`DraftFamily.vllm.tensors`, in models/<family>/family.py).
 _BACKBONE = (
     r"fc\.weight",
     r"(hidden_norm|norm)\.weight",
@@ -41,74 +37,52 @@ _BACKBONE = (
     r"layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj|o_proj|q_norm|k_norm)\.weight",
     r"layers\.\d+\.mlp\.(gate_proj|up_proj|down_proj)\.weight",
 )
-_FAMILY_TENSORS = {
-    "dflash": (),
-    "dflash2": (
-        r"layers\.\d+\.(attention_conv|mlp_conv)\.(base_kernel|kernel_projection\.weight)",
-        r"candidate_selector\.(predecessor_codebook|successor_codebook|hidden_projection\.weight)",
-    ),
-    "dspark": (
-        r"markov_head\.markov_w[12]\.weight",
-        r"confidence_head\.proj\.(weight|bias)",
-    ),
-}
-# Training-only keys of specdraft's configs that no engine reads.
-_TRAINING_KEYS = (
-    "selector_loss_weight",
-    "selector_gold_policy",
-    "ce_weight",
-    "l1_weight",
-    "confidence_weight",
-)
 
 
-def loaded_by_vllm(family: str, name: str) -> bool:
+def loaded_by_vllm(family: DraftFamily, name: str) -> bool:
     """Whether vLLM's loader of `family` reads the draft tensor `name`."""
-    patterns = _BACKBONE + _FAMILY_TENSORS[family]
+    patterns = _BACKBONE + vllm_layout(family, "the draft").tensors
     return any(re.fullmatch(pattern, name) for pattern in patterns)
 
 
-def check_vllm_can_build(family: str, config: Any, checkpoint: str) -> None:
-    """Refuse a draft whose heads vLLM's loader cannot build (DSpark's gated and rnn heads)."""
-    if family not in VLLM_ARCHITECTURES:
+def vllm_layout(family: DraftFamily, checkpoint: str) -> VllmLayout:
+    """The family's vLLM layout; refused when vLLM has no loader for it."""
+    if family.vllm is None:
         raise ExportRefused(
             f"cannot export {checkpoint} as --format vllm: vLLM has no loader for the "
-            f"{family!r} family; use --format sglang"
+            f"{family.name!r} family; use --format sglang"
         )
-    head = getattr(config, "markov_head_type", "vanilla")
-    if family == "dspark" and head != "vanilla":
-        raise ExportRefused(
-            f"cannot export {checkpoint} as --format vllm: its DSpark Markov head is {head!r} "
-            f"(model.dspark.markov_type = {head!r}) and vLLM's Qwen3DSparkModel builds only the "
-            "'vanilla' head; train with model.dspark.markov_type = \"vanilla\" to serve with "
-            "vLLM, or export --format sglang or --format speculators, whose loaders build it"
-        )
+    return family.vllm
 
 
-def vllm_config(family: str, config: dict[str, Any]) -> dict[str, Any]:
+def check_vllm_can_build(family: DraftFamily, config: Any, checkpoint: str) -> None:
+    """Refuse a draft whose heads vLLM's loader cannot build (DSpark's gated and rnn heads)."""
+    reason = vllm_layout(family, checkpoint).cannot_build(config)
+    if reason is not None:
+        raise ExportRefused(f"cannot export {checkpoint} as --format vllm: {reason}")
+
+
+def vllm_config(family: DraftFamily, config: dict[str, Any]) -> dict[str, Any]:
     """vLLM's config.json from the draft's own (the dict `save_pretrained` wrote)."""
-    out = {k: v for k, v in config.items() if k not in _TRAINING_KEYS}
-    out["architectures"] = [VLLM_ARCHITECTURES[family]]
+    layout = vllm_layout(family, "the draft")
+    out = {k: v for k, v in config.items() if k not in layout.training_keys}
+    out["architectures"] = [layout.architecture]
     # DFlash and DFlash2 slot k predicts anchor + k (the anchor is the bonus token); DSpark's
     # slot k predicts anchor + k + 1, so its anchor is the first prediction.
-    sample_from_anchor = family == "dspark"
+    sample_from_anchor = family.sample_from_anchor
     dflash_config: dict[str, Any] = {
         "block_size": int(config["block_size"]),
         "target_layer_ids": engine_layer_ids(config["target_layer_ids"]),
         "mask_token_id": int(config["mask_token_id"]),
+        **layout.dflash_config_keys(config),
     }
-    if family == "dflash2":
-        for key in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k"):
-            dflash_config[key] = int(config[key])
     if not sample_from_anchor:
         # The DSpark speculator subclasses DFlash's, which refuses this key when true.
         dflash_config["sample_from_anchor"] = False
     out["dflash_config"] = dflash_config
     out["sample_from_anchor"] = sample_from_anchor
     out["is_causal"] = False  # blocks attend both ways (qwen3_dflash._dflash_layer_causal)
-    if family == "dspark":
-        for key in ("markov_rank", "enable_confidence_head", "confidence_head_with_markov"):
-            out[key] = config[key]
+    out.update(layout.top_level_keys(config))
     return out
 
 
@@ -116,7 +90,7 @@ def write_vllm(model: DraftModel, folder: Path, options: ExportOptions) -> list[
     """Write vLLM's config.json and the tensors it loads; return the names left out."""
     from ...models import family_of_architecture
 
-    family = family_of_architecture(type(model).__name__).name
+    family = family_of_architecture(type(model).__name__)
     check_vllm_can_build(family, model.config, options.checkpoint)
     model.save_pretrained(str(folder), safe_serialization=True)
     config_file, weights_file = folder / "config.json", folder / "model.safetensors"

@@ -1,0 +1,63 @@
+"""What the config package knows of one draft family (torch-free): `FamilyRules`.
+
+A family's torch-free half lives in `specdraft/config/families/<family>.py`: its options table
+(a pydantic model the schema mounts at `[model.<table>]`), the hard rules on those options that
+make a config invalid, and the soft checks the linter runs against the target's files. The
+half that needs torch (the model, its HF config, metric names, export layouts, FLOP terms) is
+the trainer's folder `specdraft/trainer/models/<family>/`, found by the family's name.
+
+Why two halves: the config package must never import torch (pre-commit runs `specdraft lint`)
+and cannot import the trainer, yet a config-only install (`pip install specdraft-config`) must
+still validate `[model.dflash2]`; so the options and their rules ship with the config package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..finding import Problem
+from ..section import Section
+from ..target_info import TargetInfo
+
+if TYPE_CHECKING:
+    from ..schema import Config
+
+
+def no_target_checks(config: Config, info: TargetInfo) -> list[Problem]:
+    """A family without checks against the target."""
+    return []
+
+
+def no_option_rules(model: Any) -> None:
+    """A family whose options need no rule beyond their own fields."""
+    return None
+
+
+@dataclass(frozen=True)
+class FamilyRules:
+    """One draft family as the schema and the linter see it."""
+
+    # The `model.algorithm` value, also the trainer's folder `models/<name>/`.
+    name: str
+    # How docs and messages name it ("DFlash2"), and its clause in `model.algorithm`'s help.
+    title: str
+    summary: str
+    # The family's options as a `[model.<name>]` table, or None (plain DFlash has none).
+    options: type[Section] | None = None
+    # Hard rules across the family's options when the family is chosen: raise `section.rule`
+    # errors (their types listed in `rule_types`, each with a code in codes.py).
+    option_rules: Callable[[Any], None] = no_option_rules
+    rule_types: tuple[str, ...] = ()
+    # Soft findings about the family's options against the target's facts (lint only).
+    target_checks: Callable[[Config, TargetInfo], list[Problem]] = no_target_checks
+
+    @property
+    def options_table(self) -> str | None:
+        """The `[model.*]` table of this family's options (named after it), or None."""
+        return self.name if self.options is not None else None
+
+    def options_of(self, model: Any) -> Any:
+        """This family's options object of a `ModelConfig` (None without options)."""
+        return getattr(model, self.name) if self.options is not None else None

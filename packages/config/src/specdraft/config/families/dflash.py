@@ -1,0 +1,12 @@
+"""Plain DFlash, config side: no options of its own, no checks beyond the shared ones."""
+
+from __future__ import annotations
+
+from .base import FamilyRules
+
+RULES = FamilyRules(
+    name="dflash",
+    title="DFlash",
+    summary="the plain DFlash draft SGLang and vLLM serve: the backbone alone, slot k predicts "
+    "anchor + k",
+)

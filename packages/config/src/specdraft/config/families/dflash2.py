@@ -1,0 +1,97 @@
+"""DFlash2, config side: `[model.dflash2]`, the rule that it names a gold policy, SD317.
+
+The trainer's half (model, HF config keys, metrics, export layouts) is
+`specdraft/trainer/models/dflash2/`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from pydantic import Field
+
+from ..finding import Problem
+from ..section import MAX_WIDTH, PositiveInt, Section, rule
+from ..target_info import TargetInfo
+from .base import FamilyRules
+
+if TYPE_CHECKING:
+    from ..schema import Config
+
+
+class DFlash2Options(Section):
+    """`[model.dflash2]`: the DFlash2 in-block convolution and pairwise path selector."""
+
+    conv_group_size: PositiveInt = Field(
+        16,
+        le=MAX_WIDTH,
+        description="Channels that share one dynamic correction of the two-tap in-block "
+        "depthwise convolution. Must divide the hidden size.",
+    )
+    selector_top_k: PositiveInt = Field(
+        16,
+        le=MAX_WIDTH,
+        description="Candidates kept per block position by the pairwise path selector.",
+    )
+    selector_rank: PositiveInt = Field(
+        256,
+        le=MAX_WIDTH,
+        description="Rank of the selector's pairwise bilinear score <A(a)*H(h), B(b)>.",
+    )
+    selector_loss_weight: float = Field(
+        0.1, ge=0.0, description="Weight of the selector cross-entropy added to the DFlash loss."
+    )
+    selector_gold_policy: Literal["exclude", "insert"] | None = Field(
+        None,
+        description="What the selector loss does when the gold token is not among the top-k "
+        "candidates: 'exclude' drops that position from the selector loss, 'insert' puts the "
+        "gold token into the candidate set in place of the weakest candidate. Required for "
+        "dflash2: there is no silent default.",
+    )
+
+
+def _options(model: Any) -> DFlash2Options:
+    """The `[model.dflash2]` table of a ModelConfig (the schema mounts it from RULES)."""
+    return cast(DFlash2Options, model.dflash2)
+
+
+def _gold_policy_named(model: Any) -> None:
+    """DFlash2 has no silent default for what the selector does without the gold token."""
+    if _options(model).selector_gold_policy is None:
+        raise rule(
+            "selector_gold_policy_missing",
+            "algorithm 'dflash2' needs model.dflash2.selector_gold_policy = 'exclude' or "
+            "'insert' (what the selector loss does when the gold token is not in the top-k)",
+            key="model.dflash2.selector_gold_policy",
+        )
+
+
+def _conv_group_divides_hidden(config: Config, info: TargetInfo) -> list[Problem]:
+    """DFlash2's conv groups split the hidden size: a group size must divide it."""
+    group, hidden = _options(config.model).conv_group_size, info.hidden_size or 0
+    if hidden <= 0 or hidden % group == 0:
+        return []
+    return [
+        Problem(
+            "SD317",
+            ("model", "dflash2", "conv_group_size"),
+            f"model.dflash2.conv_group_size {group} does not divide the hidden size "
+            f"{hidden} of the target ({info.folder}); try {_divisor_below(hidden, group)}",
+        )
+    ]
+
+
+def _divisor_below(total: int, limit: int) -> int:
+    """The largest divisor of `total` that is at most `limit` (a suggested group size)."""
+    return next(d for d in range(min(limit, total), 0, -1) if total % d == 0)
+
+
+RULES = FamilyRules(
+    name="dflash2",
+    title="DFlash2",
+    summary="DFlash + in-block convolutions + pairwise path selector",
+    options=DFlash2Options,
+    option_rules=_gold_policy_named,
+    rule_types=("selector_gold_policy_missing",),
+    target_checks=_conv_group_divides_hidden,
+)
