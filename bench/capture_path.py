@@ -56,7 +56,7 @@ from specdraft.trainer.disagg.wire.sglang import (  # noqa: E402
     capture_rid,
     write_plugin_settings,
 )
-from specdraft.trainer.runtime.http_json import call_json  # noqa: E402
+from specdraft.trainer.runtime.http_client import call_json  # noqa: E402
 
 HIDDEN, LAYERS = 4096, (1, 9, 17, 25, 33)
 RUN, SECRET = "bench", "be" * 32

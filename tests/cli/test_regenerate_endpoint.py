@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from train_support import single_thread
 
 from specdraft.cli.main import cli
-from specdraft.trainer.runtime.http_json import JsonServer
+from specdraft.trainer.runtime.http_server import JsonServer
 
 
 @pytest.fixture(autouse=True)

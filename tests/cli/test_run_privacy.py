@@ -154,7 +154,8 @@ def test_the_producer_keeps_an_existing_run_folders_mode_and_writes_privately(
 
 
 def test_the_runs_own_disagg_folder_is_tightened_if_it_was_left_open(tmp_path, monkeypatch):
-    from specdraft.trainer.runtime.http_json import ensure_run_secret, run_folder
+    from specdraft.trainer.runtime.private import run_folder
+    from specdraft.trainer.runtime.run_secret import ensure_run_secret
 
     monkeypatch.delenv("SPECDRAFT_RUN_SECRET", raising=False)
     run = tmp_path / "run"

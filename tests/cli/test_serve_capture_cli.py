@@ -17,7 +17,7 @@ from specdraft.cli.serve_capture_cmd import serve_capture
 from specdraft.trainer.disagg.capture import HttpCaptureClient
 from specdraft.trainer.disagg.store import LocalFeatureStore, read_sample
 from specdraft.trainer.disagg.wire import CaptureRejected, CaptureRequest, capture_spec
-from specdraft.trainer.runtime.http_json import SECRET_ENV, read_run_secret, run_secret_path
+from specdraft.trainer.runtime.run_secret import SECRET_ENV, read_run_secret, run_secret_path
 
 PROMPT = [3, 17, 42, 99, 7, 250, 1, 64, 12]
 MASK = [0, 0, 0, 1, 1, 1, 0, 1, 1]

@@ -44,7 +44,7 @@ def offline(tmp_path_factory):
 
 def test_the_managed_run_trains_every_step_and_stops_its_services(online):
     from specdraft.trainer.disagg.wire.windows import read_controller_address
-    from specdraft.trainer.runtime.http_json import HttpFailure, call_json
+    from specdraft.trainer.runtime.http_client import HttpFailure, call_json
 
     assert online.summary["final_step"] == STEPS
     assert sorted(online.by_step()) == list(range(1, STEPS + 1))

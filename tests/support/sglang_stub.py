@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from specdraft.trainer.disagg.capture.target import CaptureTarget, load_capture_target
-from specdraft.trainer.runtime.http_json import JsonServer, JsonService
+from specdraft.trainer.runtime.http_server import JsonServer, JsonService
 
 # The plugin's source tree: the stub runs it in place of an installed copy.
 sys.path.insert(

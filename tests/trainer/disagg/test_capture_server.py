@@ -34,7 +34,7 @@ from specdraft.trainer.disagg.wire.capture import (
     request_to_json,
 )
 from specdraft.trainer.models.family import FAMILIES
-from specdraft.trainer.runtime.http_json import JsonServer
+from specdraft.trainer.runtime.http_server import JsonServer
 
 PROMPT = [3, 17, 42, 99, 7, 250, 1, 64, 12]
 MASK = [0, 0, 0, 1, 1, 1, 0, 1, 1]

@@ -26,7 +26,7 @@ from specdraft.trainer.disagg.wire import (
     CaptureRequest,
     capture_spec,
 )
-from specdraft.trainer.runtime.http_json import call_json
+from specdraft.trainer.runtime.http_client import call_json
 from specdraft.trainer.runtime.service_process import ServiceError, ServiceProcess
 
 # The stub stands in for `sglang.launch_server`: the launcher starts it as `python -m sglang_stub`.

@@ -31,6 +31,7 @@ from specdraft.trainer.disagg.wire import (
     parse_sample_key,
     sample_key,
 )
+from specdraft.trainer.runtime.atomic import is_temp_name
 
 runs = st.from_regex(r"[A-Za-z0-9._-]{1,12}", fullmatch=True)
 ids = st.integers(min_value=0, max_value=10**12)
@@ -77,7 +78,9 @@ def test_local_store_round_trip_and_missing_keys(tmp_path):
     assert list((tmp_path / "fs" / "run").iterdir()) == []
 
 
-@pytest.mark.parametrize("key", ["../escape", "run/../../x", "/abs/x", "run//x", "run/a.tmp-1"])
+@pytest.mark.parametrize(
+    "key", ["../escape", "run/../../x", "/abs/x", "run//x", "run/.a.123.0123abcd.tmp"]
+)
 def test_local_store_keeps_keys_inside_its_folder(tmp_path, key):
     store = LocalFeatureStore(tmp_path / "fs")
     with pytest.raises(ValueError, match="not a valid feature-store key"):
@@ -141,7 +144,7 @@ def test_local_store_readers_never_see_a_partial_object(tmp_path):
     reader.join(timeout=60)
     assert not torn, torn
     # No temporary file is left behind, and none is mistaken for an object.
-    leftovers = [p.name for p in (tmp_path / "fs").rglob("*") if ".tmp-" in p.name]
+    leftovers = [p.name for p in (tmp_path / "fs").rglob("*") if is_temp_name(p.name)]
     assert leftovers == []
 
 

@@ -39,13 +39,11 @@ from specdraft.trainer.disagg.store import local_store_root
 from specdraft.trainer.disagg.store.local import LocalFeatureStore
 from specdraft.trainer.disagg.wire import CaptureRejected, CaptureRequest
 from specdraft.trainer.disagg.wire.windows import controller_address_path, write_controller_address
-from specdraft.trainer.runtime.http_json import (
-    HttpFailure,
-    JsonServer,
+from specdraft.trainer.runtime.http_client import HttpFailure, call_json
+from specdraft.trainer.runtime.http_server import JsonServer, json_too_deep
+from specdraft.trainer.runtime.run_secret import (
     SecretError,
-    call_json,
     ensure_run_secret,
-    json_too_deep,
     read_run_secret,
     run_secret_path,
 )

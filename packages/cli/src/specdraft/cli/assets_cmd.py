@@ -47,6 +47,8 @@ def tiny_target(out: Path, cache_dir: str | None) -> None:
 
 def install_copy(built: Path, out: Path) -> str:
     """Copy the cached build into `out` unless `out` already holds it; say what was done."""
+    from specdraft.trainer.runtime.atomic import publish_dir
+
     marker = {"source": built.name}
     if out.exists():
         existing = out / MARKER
@@ -64,5 +66,5 @@ def install_copy(built: Path, out: Path) -> str:
     (tmp / MARKER).write_text(json.dumps(marker), encoding="utf-8")
     if out.exists():
         shutil.rmtree(out)  # an older build of the tiny target, copied here before
-    tmp.rename(out)
+    publish_dir(tmp, out)
     return f"{out}: tiny target {built.name}"

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..runtime.http_json import HttpFailure, call_json
+from ..runtime.http_client import HttpFailure, call_json
 from .replay import ChatPrompt, RegenerateError
 
 CHAT_PATH = "/v1/chat/completions"

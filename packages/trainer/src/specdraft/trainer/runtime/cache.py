@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .atomic import publish_dir
+
 CACHE_ENV = "SPECDRAFT_CACHE"
 
 
@@ -38,8 +40,9 @@ def recipe_hash(recipe: Any, length: int = 16) -> str:
 def build_once(final: Path, build: Callable[[Path], None]) -> Path:
     """Return `final`, building it first with `build(tmp_dir)` if it does not exist yet.
 
-    The entry is built in a private temporary folder and renamed into place, so a reader never
-    sees a half-written entry. A lock file makes concurrent processes (parallel test workers)
+    The entry is built in a private temporary folder and published whole (its files fsync'd,
+    then renamed into place, `atomic.publish_dir`), so a reader never sees a half-written entry,
+    not even after a power cut. A lock file makes concurrent processes (parallel test workers)
     wait for the first builder instead of repeating its work.
     """
     if final.is_dir():
@@ -55,7 +58,7 @@ def build_once(final: Path, build: Callable[[Path], None]) -> Path:
             tmp.mkdir()
             try:
                 build(tmp)
-                os.rename(tmp, final)
+                publish_dir(tmp, final)
             except OSError:
                 # Another builder without the lock (a different file system's semantics) won.
                 if not final.is_dir():

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from .http_json import private_dir
+from .private import private_dir
 
 
 class ServiceError(RuntimeError):

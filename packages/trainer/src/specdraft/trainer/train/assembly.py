@@ -22,7 +22,7 @@ from specdraft.config.resume_contract import run_fingerprint as contract_fingerp
 
 from ..backends import BackendOptions, backend_options_from_config, prepare
 from ..runtime import DistContext, barrier
-from ..runtime.http_json import run_folder
+from ..runtime.private import run_folder
 from .checkpoint_policy import CheckpointPolicy
 from .metrics import metrics_writer
 from .resume import resume_trainer

@@ -45,7 +45,7 @@ def rank_main(
     disaggregated run's ranks pass theirs (`specdraft.trainer.disagg.consumer.rank_main`), so
     this package never imports the runtime that imports it.
     """
-    from ..runtime.http_json import private_files
+    from ..runtime.private import private_files
     from .preempt import stop_on_signals, stop_timeout_from_env
 
     # A rank's process is the run: checkpoints (torch's DCP writer), metrics.jsonl and

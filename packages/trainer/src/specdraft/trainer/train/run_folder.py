@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..runtime.atomic import fsync_dir
-from ..runtime.http_json import run_folder
+from ..runtime.private import run_folder
 from .tracking.registry import run_files as tracking_run_files
 
 LOCK_NAME = ".specdraft-run.lock"
@@ -128,5 +128,7 @@ def move_run_aside(output_dir: str | Path, extra: tuple[str, ...] = ()) -> Path 
     target.mkdir(mode=0o700)
     for name in names:
         (folder / name).rename(target / name)
+    # Both folders' entries changed: a crash after this returns must not undo either.
+    fsync_dir(target)
     fsync_dir(folder)
     return target

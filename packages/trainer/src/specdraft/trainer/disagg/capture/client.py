@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...runtime.http_json import HttpFailure, call_json
+from ...runtime.http_client import HttpFailure, call_json
 from ..wire.capture import (
     CaptureError,
     CaptureMismatch,

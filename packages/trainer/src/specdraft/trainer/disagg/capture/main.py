@@ -40,7 +40,8 @@ def serve(
     except ConfigError as err:
         return _fail(str(err))
     # torch and transformers only once the config is known to be good.
-    from ...runtime.http_json import SecretError, ensure_run_secret, run_folder
+    from ...runtime.private import run_folder
+    from ...runtime.run_secret import SecretError, ensure_run_secret
     from ...runtime.service_process import ServiceError
     from ..store import StoreError, open_store
     from .server import build_capture_server

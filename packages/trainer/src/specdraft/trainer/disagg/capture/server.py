@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...runtime.http_json import JsonServer, JsonService
+from ...runtime.http_server import JsonServer, JsonService
 from ..store.base import FeatureStore, StoreError
 from ..store.tensors import tensors_to_store
 from ..wire.capture import (

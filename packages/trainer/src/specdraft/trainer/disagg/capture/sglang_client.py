@@ -48,7 +48,7 @@ import numpy as np
 import orjson
 import torch
 
-from ...runtime.http_json import HttpFailure, call_bytes, call_json
+from ...runtime.http_client import HttpFailure, call_bytes, call_json
 from ..store.base import FeatureStore, StoreError
 from ..store.tensors import DTYPES, tensors_to_store
 from ..wire.capture import (

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...runtime.http_json import HttpFailure, call_json
+from ...runtime.http_client import HttpFailure, call_json
 from ...runtime.service_process import ServiceError, ServiceProcess
 from ..wire.sglang import (
     PLUGIN_CONFIG_ENV,
@@ -232,7 +232,7 @@ def plugin_settings(cfg: Config, secret: str) -> PluginSettings:
 def plugin_environment(cfg: Config, secret: str) -> dict[str, str]:
     """Write `<output_dir>/disagg/sglang-capture.json` (0600: it holds the secret) and return
     the environment that hands it to the plugin inside SGLang."""
-    from ...runtime.http_json import private_dir
+    from ...runtime.private import private_dir
 
     folder = private_dir(Path(cfg.output_dir) / "disagg")
     path = write_plugin_settings(folder / PLUGIN_CONFIG_NAME, plugin_settings(cfg, secret))

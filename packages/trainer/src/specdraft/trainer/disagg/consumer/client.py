@@ -21,7 +21,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ...runtime.http_json import HttpFailure, call_json, read_run_secret
+from ...runtime.http_client import HttpFailure, call_json
+from ...runtime.run_secret import read_run_secret
 from ..wire.refs import WindowRefs, window_from_json
 from ..wire.windows import (
     MAX_POLL_S,

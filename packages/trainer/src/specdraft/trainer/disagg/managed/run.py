@@ -34,7 +34,9 @@ from specdraft.config import Config, load_config
 
 from ...launch import LaunchPlan, RankFailed
 from ...runtime.distributed import cpu_thread_env, free_port
-from ...runtime.http_json import SECRET_ENV, HttpFailure, call_json, ensure_run_secret, run_folder
+from ...runtime.http_client import HttpFailure, call_json
+from ...runtime.private import run_folder
+from ...runtime.run_secret import SECRET_ENV, ensure_run_secret
 from .supervisor import (
     ServiceDied,
     ServiceSpec,

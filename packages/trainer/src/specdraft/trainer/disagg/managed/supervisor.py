@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...runtime.http_json import HttpFailure, call_json
+from ...runtime.http_client import HttpFailure, call_json
 from ...runtime.service_process import ServiceError, ServiceProcess
 from ..wire.windows import controller_address_path, read_controller_address
 

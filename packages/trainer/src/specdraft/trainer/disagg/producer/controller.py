@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...runtime.http_json import JsonServer, JsonService
+from ...runtime.http_server import JsonServer, JsonService
 from ..wire.refs import window_to_json
 from ..wire.windows import (
     MAX_POLL_S,

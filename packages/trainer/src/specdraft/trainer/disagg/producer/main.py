@@ -210,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan.total_steps,
         plan.windows_per_epoch,
     )
-    from ...runtime.http_json import private_files
+    from ...runtime.private import private_files
 
     # The ledger and events this process appends to are plain open() files: private by umask.
     with private_files():
@@ -225,7 +225,8 @@ def serve(
     plan: RunPlan,
 ) -> int:
     """Open the store, start producer and controller, and run until told to stop."""
-    from ...runtime.http_json import SecretError, ensure_run_secret, run_folder
+    from ...runtime.private import run_folder
+    from ...runtime.run_secret import SecretError, ensure_run_secret
     from ..store.factory import open_store
     from ..wire.windows import write_controller_address
     from .controller import WindowController

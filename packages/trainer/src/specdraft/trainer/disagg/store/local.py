@@ -2,8 +2,10 @@
 
 Every process of a run (capture servers, producer, trainer ranks) opens the same folder; the
 file system is the only shared state, so nothing has to be started and nothing is lost when a
-process dies. A write goes to a private temporary file that is renamed over the key's path:
-rename is atomic within a file system, so a reader sees the whole object or none of it.
+process dies. A write is `runtime.atomic.atomic_write`: a private temporary file, fsync'd and
+renamed over the key's path, so a reader sees the whole object or none of it, even after a power
+cut. The folder is not fsync'd after the rename: an object a crash loses is captured again (the
+producer checks which objects survived), a torn one would be read as features.
 Folders are created 0700 and objects 0600: target features reveal the training data.
 """
 
@@ -11,16 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
-import uuid
 from pathlib import Path
 
-from ...runtime.http_json import private_dir
+from ...runtime.atomic import atomic_write, is_temp_name
+from ...runtime.private import private_dir
 from .base import StoreError, StoreKeyMissing
-
-# Temporary files carry this marker; they are never a key's path, because names in keys are
-# plain identifiers.
-_TMP_MARK = ".tmp-"
 
 
 class LocalFeatureStore:
@@ -43,30 +40,24 @@ class LocalFeatureStore:
         parts = key.split("/")
         # Keys come from `sample_key`, but a store is a trust boundary for anything else that
         # hands it a key: never let one step out of the root.
-        if not key or any(p in ("", ".", "..") or _TMP_MARK in p for p in parts):
+        # A temporary file's name is never a key's part, so `exists` never sees a write in flight.
+        if not key or any(p in ("", ".", "..") or is_temp_name(p) for p in parts):
             raise ValueError(f"{key!r} is not a valid feature-store key")
         return self.root.joinpath(*parts)
 
     def put(self, key: str, data: bytes | memoryview) -> None:
-        """Write `data` atomically: temporary file, then rename over the key's path."""
+        """Write `data` atomically: a fsync'd temporary file renamed over the key's path."""
         path = self._path(key)
-        tmp = path.with_name(
-            f"{path.name}{_TMP_MARK}{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
-        )
         # A concurrent `remove` of a sibling may prune the folder between mkdir and open: retry.
         for retry in range(3):
             try:
                 _make_folders(self.root, path.parent)
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                os.replace(tmp, path)
+                atomic_write(path, data, mode=0o600, sync_folder=False)
                 return
             except FileNotFoundError:
                 if retry == 2:
                     raise StoreError(f"cannot write {key!r}: its folder keeps vanishing") from None
             except OSError as exc:
-                tmp.unlink(missing_ok=True)
                 raise StoreError(f"cannot write {key!r} under {self.root}: {exc}") from exc
 
     def get(self, key: str) -> bytearray:

@@ -18,12 +18,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...runtime.private import write_private
 from .capture import CaptureReply, CaptureRequest, reply_from_json, reply_to_json
 
 # Marker key (and format version) of a feature reference in meta_info.hidden_states.
@@ -134,14 +134,7 @@ class PluginSettings:
 
 def write_plugin_settings(path: Path, settings: PluginSettings) -> Path:
     """Write the settings file, 0600 (it holds the run's secret)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(settings.to_json(), fh)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
-    return path
+    return write_private(path, json.dumps(settings.to_json()).encode())
 
 
 def read_plugin_settings(path: str | Path) -> PluginSettings:

@@ -2,7 +2,7 @@
 (client): routes, status codes, the long-poll cap and the address file.
 
 Routes (JSON in and out, stdlib server, 127.0.0.1 unless configured; every route but /health
-needs the run's secret, see `specdraft.trainer.runtime.http_json`):
+needs the run's secret, see `specdraft.trainer.runtime.run_secret`):
   GET  /health                          {"status": "ok" | "failed", "done": bool}
   GET  /plan                            total_steps, windows_per_epoch, world_size, run
   GET  /stats                           the producer's counters (producer/*, store/*)
@@ -22,7 +22,7 @@ import json
 import os
 from pathlib import Path
 
-from ...runtime.http_json import private_dir, write_private
+from ...runtime.private import private_dir, write_private
 
 # A long poll never holds a request thread longer than this; the client polls again.
 MAX_POLL_S = 10.0
