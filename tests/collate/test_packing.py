@@ -271,11 +271,13 @@ def test_rows_that_fit_a_smaller_bucket_share_micro_batches():
 
     # Windows of 2 rows' worth of tokens: [2048, 300, 2048] then [300]; each ends in a short row.
     lengths = [2048, 300, 2048, 300]
-    common = {"capacity": 2048, "micro_batch_size": 2, "window_rows": 2}
-    for seed in range(8):
-        batches = packed_micro_batches(range(4), lengths, seed=seed, short_rows=512, **common)
-        assert batches[-1] == [1, 3]  # the two short rows together: this micro-batch pads to 512
     policy = ShapePolicy.from_parts(
         static_shapes=True, max_length=2048, buckets=[512], packing=True
     )
     assert policy.pad_length(600) == 2048 and policy.pad_length(300) == 512
+    common = {"capacity": 2048, "micro_batch_size": 2, "window_rows": 2}
+    for seed in range(8):
+        batches = packed_micro_batches(
+            range(4), lengths, seed=seed, pads_short=lambda n: policy.pad_length(n) < 2048, **common
+        )
+        assert batches[-1] == [1, 3]  # the two short rows together: this micro-batch pads to 512

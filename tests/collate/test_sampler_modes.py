@@ -191,3 +191,22 @@ def test_every_mode_trains_every_sample_once(mode: str, lengths: list[int], seed
 def test_an_unknown_mode_names_the_modes() -> None:
     with pytest.raises(ValueError, match="length_grouped_bucket_synchronized"):
         MicroBatchSampler([1], micro_batch_size=1, grad_accum_steps=1, mode="sorted")  # type: ignore[arg-type]
+
+
+def test_packed_rows_that_pad_to_a_smaller_bucket_keep_their_older_plan() -> None:
+    # Rows the policy pads below the capacity go last in their window: the digests of the plan
+    # before that question went through ShapePolicy.pad_length, with and without buckets.
+    lengths = [(53 * i) % 700 + 40 for i in range(120)]
+    sizes = {"micro_batch_size": 2, "grad_accum_steps": 2, "num_replicas": 2, "seed": 3}
+
+    def plans(pad_to: int | tuple[int, ...]) -> str:
+        sampler = MicroBatchSampler(
+            lengths,
+            **sizes,
+            mega_batch_multiplier=1,
+            pad_to=ShapePolicy(pad_to=pad_to, packing=True),
+        )
+        return digest([sampler.epoch_plan(epoch) for epoch in (0, 1)])
+
+    assert plans((256, 512, 1024)) == "1df92685a845673e"
+    assert plans(1024) == "b99992bdfbc1b16e"

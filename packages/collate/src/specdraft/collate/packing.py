@@ -16,7 +16,7 @@ same generator as the unpacked plans, so every rank computes the same plan).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -133,14 +133,15 @@ def packed_rows(
     capacity: int,
     window_rows: int,
     seed: int,
-    short_rows: int | None = None,
+    pads_short: Callable[[int], bool] | None = None,
 ) -> list[list[int]]:
     """Rows of sample indices: `order` cut into windows of about `window_rows` full rows, FFD in
     each window, each window's rows shuffled (seeded).
 
-    With `short_rows` (the largest shape bucket below the capacity), the rows that fit it go to
-    the end of their window, fullest first, so they share micro-batches and pad to a smaller
-    bucket instead of each padding to the capacity next to a full row.
+    With `pads_short` (whether a row of that many tokens pads to a length below the capacity,
+    i.e. a smaller shape bucket: the shape policy's answer), those rows go to the end of their
+    window, fullest first, so they share micro-batches and pad shorter instead of each padding to
+    the capacity next to a full row.
     """
     capacity = _check_capacity(capacity)
     clipped = {i: min(int(lengths[i]), capacity) for i in order}
@@ -149,13 +150,14 @@ def packed_rows(
     for number, window in enumerate(windows):
         groups = pack_first_fit_decreasing([clipped[i] for i in window], capacity)
         shuffled = _shuffled([[window[p] for p in group] for group in groups], seed + number)
-        if short_rows is None:
+        if pads_short is None:
             rows.extend(shuffled)
             continue
         total = {id(row): sum(clipped[i] for i in row) for row in shuffled}
-        rows.extend(row for row in shuffled if total[id(row)] > short_rows)
+        short_ids = {id(row) for row in shuffled if pads_short(total[id(row)])}
+        rows.extend(row for row in shuffled if id(row) not in short_ids)
         # sorted() is stable: equal totals keep their shuffled order.
-        short = [row for row in shuffled if total[id(row)] <= short_rows]
+        short = [row for row in shuffled if id(row) in short_ids]
         rows.extend(sorted(short, key=lambda row: -total[id(row)]))
     return rows
 
@@ -168,7 +170,7 @@ def packed_micro_batches(
     micro_batch_size: int,
     window_rows: int,
     seed: int,
-    short_rows: int | None = None,
+    pads_short: Callable[[int], bool] | None = None,
 ) -> list[MicroBatch]:
     """Micro-batches of `micro_batch_size` packed rows each, listed row after row."""
     rows = packed_rows(
@@ -177,7 +179,7 @@ def packed_micro_batches(
         capacity=capacity,
         window_rows=window_rows,
         seed=seed,
-        short_rows=short_rows,
+        pads_short=pads_short,
     )
     return [
         [index for row in rows[start : start + micro_batch_size] for index in row]

@@ -56,7 +56,7 @@ plans (rows are already full).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -398,16 +398,20 @@ class MicroBatchSampler:
             micro_batch_size=self.micro_batch_size,
             window_rows=self.mega_batch_multiplier * window,
             seed=derived_seed(self.seed, epoch, "packed-rows"),
-            short_rows=self._short_rows(),
+            pads_short=self._pads_short(),
         )
         return deal(
             micro_batches, num_replicas=self.num_replicas, grad_accum_steps=self.grad_accum_steps
         )
 
-    def _short_rows(self) -> int | None:
-        """The largest shape bucket below the row capacity: rows that fit it pad shorter."""
-        below = [b for b in ShapePolicy.of(self.pad_to).lengths if b < (self.row_capacity or 0)]
-        return max(below) if below else None
+    def _pads_short(self) -> Callable[[int], bool] | None:
+        """Whether a packed row of this many tokens pads below the row capacity (to a smaller
+        shape bucket, as the policy picks it); None when every row pads to one length."""
+        capacity, policy = self.row_capacity or 0, ShapePolicy.of(self.pad_to)
+        if not any(length < capacity for length in policy.lengths):
+            return None
+        largest = policy.lengths[-1]
+        return lambda total: total <= largest and policy.pad_length(total) < capacity
 
     def _bucket_synchronized_plan(self, order: list[int], epoch: int) -> list[list[MicroBatch]]:
         assert isinstance(self.pad_to, tuple)

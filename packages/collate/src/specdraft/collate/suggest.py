@@ -4,7 +4,9 @@ For the random and length-grouped samplers, which samples share a micro-batch do
 the buckets, so each micro-batch is fixed by (rows, longest sample) and the cost of a bucket tuple
 is sum(rows x smallest bucket >= longest). Only the grid cell of the longest sample matters, so
 the search is over which K of the M = max_length / 128 grid lengths to use, the last one fixed at
-max_length. best[t][c] = the least cost of the cells 1..c with t buckets, the largest at c:
+max_length. `bucket_cost` prices a tuple through `ShapePolicy.pad_length`; the recurrence below
+is that rule (smallest bucket that fits) solved exactly, so a different pad rule needs its own
+program. best[t][c] = the least cost of the cells 1..c with t buckets, the largest at c:
 
     best[1][c] = 128 c W(1..c)
     best[t][c] = min over p < c of best[t-1][p] + 128 c W(p+1..c)
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specdraft.config import BUCKET_QUANTUM
+from specdraft.config import BUCKET_QUANTUM, ShapePolicy
 
 from .accounting import plan_micro_batches
 from .samplers import MicroBatch
@@ -48,15 +50,16 @@ def grid_weights(
 
 
 def bucket_cost(buckets: Sequence[int], weights: Sequence[int]) -> int:
-    """Computed positions of grid `weights` (from grid_weights) padded to `buckets`."""
-    cost, cell = 0, 1
-    for bucket in buckets:
-        top = bucket // BUCKET_QUANTUM
-        while cell <= top and cell < len(weights):
-            cost += weights[cell] * bucket
-            cell += 1
-    if any(weights[cell:]):
-        raise ValueError(f"buckets {tuple(buckets)} do not cover the longest micro-batch")
+    """Computed positions of grid `weights` (from grid_weights) padded to `buckets`: each cell's
+    rows at the length the shape policy pads the cell's top length to."""
+    policy = ShapePolicy(pad_to=tuple(buckets))
+    cost = 0
+    for cell, rows in enumerate(weights):
+        if not rows:
+            continue
+        if cell * BUCKET_QUANTUM > policy.lengths[-1]:
+            raise ValueError(f"buckets {tuple(buckets)} do not cover the longest micro-batch")
+        cost += rows * policy.pad_length(cell * BUCKET_QUANTUM)
     return cost
 
 
