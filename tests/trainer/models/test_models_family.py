@@ -30,6 +30,7 @@ from specdraft.trainer.models import (
 )
 from specdraft.trainer.models.family import FAMILIES, _load_family, family_of_config
 from specdraft.trainer.models.losses import COMMON_METRIC_RATIOS
+from specdraft.trainer.serve.served import served_request
 from specdraft.trainer.train.export import ExportError, draft_class_for, load_checkpoint_draft
 from specdraft.trainer.train.export.source import ExportRefused
 from specdraft.trainer.train.export.speculators import speculators_config
@@ -173,3 +174,18 @@ def test_the_family_of_a_built_drafts_config_is_its_own(algorithm, draft_model_c
     assert family.supervised_slots(8) == (8 if family.sample_from_anchor else 7)
     with pytest.raises(ValueError, match="not a draft family's config"):
         family_of_config(object())
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "method", "tokens"),
+    [("dflash", "dflash", 7), ("dflash2", "dflash", 7), ("dspark", "dspark", 8)],
+)
+def test_vllm_serves_each_family_with_its_method_and_draft_tokens(
+    algorithm, method, tokens, tmp_path
+):
+    """vLLM's speculative method per family; DSpark's anchor slot is a prediction (bs tokens)."""
+    model = {"target": str(tmp_path), "algorithm": algorithm, "block_size": 8}
+    model.update(target_layer_ids=[1], mask_token_id=3, dflash2={"selector_gold_policy": "insert"})
+    config = validate_config({"model": model, "data": {"train_paths": ["x.jsonl"]}})
+    request = served_request(config, tmp_path / "d", algorithm, [[1, 2]], "float32", mode="serve")
+    assert (request["method"], request["num_speculative_tokens"]) == (method, tokens)

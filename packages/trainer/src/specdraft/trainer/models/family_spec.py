@@ -41,8 +41,10 @@ def builds_anything(config: Any) -> str | None:
 class VllmLayout:
     """How vLLM 0.32 loads a family (`--format vllm`)."""
 
-    # vLLM's `architectures` entry, the registry key of its loader.
+    # vLLM's `architectures` entry, the registry key of its loader, and the
+    # `speculative_config` method that serves it.
     architecture: str
+    method: str
     # Regexes of the draft tensors its loader reads beyond the backbone's.
     tensors: tuple[str, ...] = ()
     # Keys of the draft's config.json no engine reads (training only): left out.

@@ -19,23 +19,20 @@ from specdraft.config import Config
 
 from .vllm_engine import check_vllm_python, run_vllm_child
 
-# specdraft family -> (vLLM speculative method, draft tokens per step for a block of bs).
-VLLM_METHODS = {
-    "dflash": ("dflash", lambda block: block - 1),
-    "dflash2": ("dflash", lambda block: block - 1),
-    # DSpark's anchor slot is a prediction: a block of bs queries drafts bs tokens.
-    "dspark": ("dspark", lambda block: block),
-}
-
 
 def served_request(
     config: Config, draft: Path, family: str, prompts: list[list[int]], dtype: str, mode: str
 ) -> dict[str, Any]:
     """The vllm_child request that serves `prompts` with the exported draft."""
+    from ..models import family_for
     from ..train.eval_run import eval_new_tokens
     from ..train.evaluation import fit_eval_budget
+    from ..train.export.vllm import vllm_layout
 
-    method, tokens_for = VLLM_METHODS[family]
+    # vLLM's speculative method, and the draft tokens a block of bs proposes (DSpark's anchor
+    # slot is a prediction: bs; DFlash and DFlash2: bs - 1), from the family's folder.
+    spec = family_for(family)
+    method = vllm_layout(spec, str(draft)).method
     max_tokens, _ = fit_eval_budget(config.data.max_length, eval_new_tokens(config))
     block = int(config.model.block_size)
     longest = max((len(p) for p in prompts), default=1)
@@ -44,7 +41,7 @@ def served_request(
         "target": str(Path(config.model.target).resolve()),
         "draft": str(draft),
         "method": method,
-        "num_speculative_tokens": tokens_for(block),
+        "num_speculative_tokens": spec.supervised_slots(block),
         "prompts": prompts,
         "max_tokens": max_tokens,
         # Room for the prompt, the generation and one draft block past its end.

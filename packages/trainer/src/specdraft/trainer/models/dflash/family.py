@@ -17,6 +17,6 @@ FAMILY = DraftFamily(
     config_options=no_options,
     check_target=no_target_check,
     metric_ratios=DFLASH_METRIC_RATIOS,
-    vllm=VllmLayout(architecture=DFLASH_ARCHITECTURE),
+    vllm=VllmLayout(architecture=DFLASH_ARCHITECTURE, method="dflash"),
     speculators=SpeculatorsLayout(model_type="dflash", architecture="DFlashSpeculator"),
 )

@@ -80,6 +80,7 @@ FAMILY = DraftFamily(
     metric_ratios=DFLASH2_METRIC_RATIOS,
     vllm=VllmLayout(
         architecture=DFLASH2_ARCHITECTURE,
+        method="dflash",
         tensors=(
             r"layers\.\d+\.(attention_conv|mlp_conv)\.(base_kernel|kernel_projection\.weight)",
             r"candidate_selector\.(predecessor_codebook|successor_codebook|hidden_projection\.weight)",

@@ -89,6 +89,7 @@ FAMILY = DraftFamily(
     metric_ratios=DSPARK_METRIC_RATIOS,
     vllm=VllmLayout(
         architecture=DSPARK_ARCHITECTURE,
+        method="dspark",
         tensors=(
             r"markov_head\.markov_w[12]\.weight",
             r"confidence_head\.proj\.(weight|bias)",

@@ -8,7 +8,9 @@ the aux convention of layer_ids.py, `mask_token_id`, `sliding_window_non_causal`
 algorithm, proposal methods, verifier). Module names equal specdraft's, so model.safetensors is
 the sglang export's file, byte for byte. vLLM converts this format in
 `transformers_utils/configs/speculators/algos.py`, which sets `dflash_config.causal` to
-`not sliding_window_non_causal`: specdraft's blocks are bidirectional, hence true.
+`not sliding_window_non_causal`: specdraft's blocks are bidirectional, hence true. The
+per-family part (model type, architecture, keys) is the family's `SpeculatorsLayout` in
+models/<family>/family.py.
 """
 
 from __future__ import annotations

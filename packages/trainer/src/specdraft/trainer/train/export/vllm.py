@@ -11,6 +11,9 @@ vanilla Markov head only. `v1/worker/gpu/spec_decode/dflash/speculator.py` refus
 speculator reads a top-level `sample_from_anchor`, default true. Weights: the loaders prefix
 every name with `model.` and read the draft's own modules; embed_tokens and lm_head are shared
 from the target when absent, as specdraft's drafts have none.
+
+What differs per family (architecture, tensors, keys, what vLLM cannot build) is the family's
+`VllmLayout` in models/<family>/family.py; this module applies it.
 """
 
 from __future__ import annotations
