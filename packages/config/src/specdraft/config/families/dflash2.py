@@ -50,14 +50,14 @@ class DFlash2Options(Section):
     )
 
 
-def _options(model: Any) -> DFlash2Options:
+def dflash2_options(model: Any) -> DFlash2Options:
     """The `[model.dflash2]` table of a ModelConfig (the schema mounts it from RULES)."""
     return cast(DFlash2Options, model.dflash2)
 
 
 def _gold_policy_named(model: Any) -> None:
     """DFlash2 has no silent default for what the selector does without the gold token."""
-    if _options(model).selector_gold_policy is None:
+    if dflash2_options(model).selector_gold_policy is None:
         raise rule(
             "selector_gold_policy_missing",
             "algorithm 'dflash2' needs model.dflash2.selector_gold_policy = 'exclude' or "
@@ -68,7 +68,7 @@ def _gold_policy_named(model: Any) -> None:
 
 def _conv_group_divides_hidden(config: Config, info: TargetInfo) -> list[Problem]:
     """DFlash2's conv groups split the hidden size: a group size must divide it."""
-    group, hidden = _options(config.model).conv_group_size, info.hidden_size or 0
+    group, hidden = dflash2_options(config.model).conv_group_size, info.hidden_size or 0
     if hidden <= 0 or hidden % group == 0:
         return []
     return [

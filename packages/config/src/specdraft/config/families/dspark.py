@@ -6,7 +6,7 @@ The trainer's half (model, HF config keys, metrics, export layouts) is
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, cast
 
 from pydantic import Field
 
@@ -42,6 +42,11 @@ class DSparkOptions(Section):
         ge=0.0,
         description="Weight of the confidence BCE against accept = clamp(1 - L1/2, 0, 1).",
     )
+
+
+def dspark_options(model: Any) -> DSparkOptions:
+    """The `[model.dspark]` table of a ModelConfig (the schema mounts it from RULES)."""
+    return cast(DSparkOptions, model.dspark)
 
 
 RULES = FamilyRules(

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specdraft.config import ModelConfig
+from specdraft.config.families.dflash2 import dflash2_options
 
 from ..family_spec import (
     TRAINABLE,
@@ -22,7 +23,7 @@ SERVING_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selecto
 
 
 def _options(model_cfg: ModelConfig) -> dict[str, Any]:
-    opts = model_cfg.dflash2
+    opts = dflash2_options(model_cfg)
     if opts.selector_gold_policy is None:
         raise ValueError("model.dflash2.selector_gold_policy is required: 'exclude' or 'insert'")
     return {
@@ -37,7 +38,7 @@ def _options(model_cfg: ModelConfig) -> dict[str, Any]:
 
 def _check_target(model_cfg: ModelConfig, backbone: dict[str, Any]) -> None:
     """Errors that would otherwise surface as a shape mismatch inside the conv or selector."""
-    opts = model_cfg.dflash2
+    opts = dflash2_options(model_cfg)
     group = opts.conv_group_size
     if backbone["hidden_size"] % group:
         raise ValueError(

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specdraft.config import ModelConfig
+from specdraft.config.families.dspark import dspark_options
 
 from ..family_spec import (
     NO_GRAD,
@@ -21,7 +22,7 @@ from .model import DSPARK_METRIC_RATIOS, Qwen3DSparkModel
 
 
 def _options(model_cfg: ModelConfig) -> dict[str, Any]:
-    opts = model_cfg.dspark
+    opts = dspark_options(model_cfg)
     return {
         "markov_rank": opts.markov_rank,
         "markov_head_type": opts.markov_type,
