@@ -23,9 +23,9 @@ from specdraft.trainer.disagg.managed.supervisor import producer_service
 from specdraft.trainer.launch import LaunchPlan
 from specdraft.trainer.runtime.http_client import call_json
 from specdraft.trainer.runtime.run_secret import read_run_secret
-from specdraft.trainer.train.run import rank_main
+from specdraft.trainer.train.request import RunRequest
 
-TRAINER_SRC = Path(__file__).resolve().parents[3] / "packages" / "trainer" / "src"
+TRAINER_SRC = Path(__file__).resolve().parents[2] / "packages" / "trainer" / "src"
 
 
 def test_serve_producer_plans_the_run_and_serves_windows_until_sigterm(tiny_target_path, tmp_path):
@@ -66,11 +66,13 @@ def test_serve_producer_names_the_line_of_a_broken_prompts_file(tiny_target_path
     assert f"{broken}:2: not JSON" in done.output
 
 
-def test_the_managed_run_starts_package_entry_points(tmp_path):
+def test_the_managed_run_starts_package_entry_points(tiny_target_path, tmp_path):
     plan = LaunchPlan(nproc_per_node=2)
+    cfg = runtime_config(tiny_target_path, tmp_path / "run", world_size=2)
+    config = write_config_toml(cfg, tmp_path / "run.toml")
     capture, _url = capture_service("run.toml", ["training.seed=3"], 0)
     producer = producer_service("run.toml", tmp_path, max_restarts=1)
-    trainers = trainer_command("run.toml", [], None, plan, True)
+    trainers = trainer_command(RunRequest.create(str(config), launch=plan))
     assert capture.argv[1:3] == ["-m", "specdraft.trainer.disagg.capture"]
     assert producer.argv[1:3] == ["-m", "specdraft.trainer.disagg.producer"]
     assert trainers[1:3] == ["-m", "specdraft.trainer.disagg.consumer"]
@@ -95,10 +97,3 @@ def test_no_trainer_module_imports_or_starts_the_cli():
             if any(name.startswith("specdraft.cli") for name in names):
                 offenders.append(f"{path.relative_to(TRAINER_SRC)}:{node.lineno}")
     assert offenders == []
-
-
-def test_the_offline_rank_entry_refuses_a_disaggregated_config(tiny_target_path, tmp_path):
-    cfg = runtime_config(tiny_target_path, tmp_path / "run", world_size=1)
-    config = write_config_toml(cfg, tmp_path / "run.toml")
-    with pytest.raises(ValueError, match=r"disagg\.consumer\.rank_main"):
-        rank_main(str(config), [], None)

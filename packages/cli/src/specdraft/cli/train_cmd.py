@@ -129,12 +129,13 @@ def train(
     config = load_or_exit(config_path, overrides)
     allowed = check_resume_options(config, resume, allow_changed)
     # Heavy imports only now: `--help` and `lint` never pay for torch.
+    from specdraft.config import ConfigError
+    from specdraft.config.report import format_config_error
     from specdraft.trainer.launch import LaunchPlan
-    from specdraft.trainer.train.preempt import STOP_TIMEOUT_ENV
+    from specdraft.trainer.train.request import RunRequest
     from specdraft.trainer.train.run import (
         data_path_errors,
         dry_run_plan,
-        launch_environment_defaults,
         runtime_check_errors,
         target_check_errors,
         target_weight_errors,
@@ -161,91 +162,54 @@ def train(
         master_addr=master_addr,
         master_port=master_port,
     )
-    if plan.world_size != config.deployment.world_size:
-        overrides = (
-            *overrides,
-            f"deployment.nproc_per_node={plan.nproc_per_node}",
-            f"deployment.nnodes={plan.nnodes}",
+    # The one request every layer of the run reads (the deployment mode, the ranks, the
+    # managed run's services); the launch's rank counts become overrides when they differ.
+    try:
+        request = RunRequest.create(
+            config_path,
+            overrides,
+            launch=plan,
+            resume=resume,
+            allow_changed=allowed,
+            progress=not no_progress,
+            stop_timeout_s=stop_timeout,
+            overwrite=overwrite,
         )
-        config = load_or_exit(config_path, overrides)
+    except ConfigError as err:
+        click.echo(format_config_error(err, request_overrides(overrides, plan)), err=True)
+        sys.exit(CONFIG_ERROR_EXIT)
     if dry_run:
-        for line in dry_run_plan(config, world_size=plan.world_size).lines:
+        for line in dry_run_plan(request.config, world_size=plan.world_size).lines:
             click.echo(line)
         return
-    launch_environment_defaults()
-    os.environ[STOP_TIMEOUT_ENV] = str(stop_timeout)
-    with run_folder_lock(config, resume, overwrite):
-        summary = run_ranks(config, config_path, overrides, resume, plan, no_progress, allowed)
-    report_outcome(summary)
+    report_outcome(run_or_exit(request))
 
 
-def run_folder_lock(config: Any, resume: str | None, overwrite: bool) -> Any:
-    """Hold output_dir for this run (rank 0 of torchrun, or the launcher); refuse a busy folder
-    or a fresh run into a used one (exit 2)."""
-    import contextlib
-
-    from specdraft.trainer.launch import under_torchrun
-    from specdraft.trainer.train.run_folder import (
-        RunFolderError,
-        fresh_run_refusal,
-        hold_run_folder,
-        move_run_aside,
+def request_overrides(overrides: tuple[str, ...], plan: Any) -> tuple[str, ...]:
+    """The overrides a request with this launch loads (for the error of a bad rank count)."""
+    return (
+        *overrides,
+        f"deployment.nproc_per_node={plan.nproc_per_node}",
+        f"deployment.nnodes={plan.nnodes}",
     )
 
-    if under_torchrun() and os.environ.get("RANK") != "0":
-        return contextlib.nullcontext()
-    stack = contextlib.ExitStack()
+
+def run_or_exit(request: Any) -> dict | None:
+    """Run the request in its deployment mode (the trainer decides which); rank 0's summary.
+    A busy or used output folder exits 2, a failed rank 1, a hard stop 128 + signal."""
+    from specdraft.trainer.deployment import run_request
+    from specdraft.trainer.launch import RankFailed, StoppedAtOnce
+    from specdraft.trainer.train.run_folder import RunFolderError
+
     try:
-        stack.enter_context(hold_run_folder(config.output_dir))
+        return run_request(request)
     except RunFolderError as exc:
         usage_exit(str(exc))
-    resuming = resume is not None or config.training.resume_from is not None
-    refusal = None if resuming else fresh_run_refusal(config.output_dir)
-    if refusal and not overwrite:
-        stack.close()
-        usage_exit(refusal)
-    if refusal and overwrite:
-        managed = (
-            config.deployment.mode == "disaggregated" and config.deployment.disaggregated.managed
-        )
-        moved = move_run_aside(config.output_dir, ("disagg", "logs") if managed else ())
-        click.echo(f"--overwrite: the previous run's files are now in {moved}", err=True)
-    return stack
-
-
-def run_ranks(
-    config: Any,
-    config_path: str,
-    overrides: tuple[str, ...],
-    resume: str | None,
-    plan: Any,
-    no_progress: bool,
-    allowed: tuple[str, ...],
-) -> dict | None:
-    """Run the ranks (local, disaggregated, or a managed disaggregated run); rank 0's summary."""
-    from specdraft.trainer.launch import RankFailed, StoppedAtOnce, launch
-    from specdraft.trainer.train.run import rank_main
-
-    try:
-        if config.deployment.mode == "disaggregated" and config.deployment.disaggregated.managed:
-            from specdraft.trainer.disagg.managed.run import run_managed
-
-            summary = run_managed(
-                config_path, list(overrides), resume, plan, not no_progress, allowed
-            )
-        else:
-            entry = rank_main
-            if config.deployment.mode == "disaggregated":
-                # The ranks of a disaggregated run read windows from the producer instead.
-                from specdraft.trainer.disagg.consumer import rank_main as entry
-            args = (config_path, list(overrides), resume, not no_progress, allowed)
-            summary = launch(plan, entry, *args)
     except StoppedAtOnce as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except RankFailed as exc:
         raise click.ClickException(str(exc)) from None
-    return summary
 
 
 def report_outcome(summary: dict | None) -> None:

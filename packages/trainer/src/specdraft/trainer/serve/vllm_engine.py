@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..runtime.service_process import run_to_end
+
 VENV_SCRIPT = "scripts/vllm_cpu_venv.sh"
 DEFAULT_VENV = Path("build") / "vllm-venv"
 # What vLLM's CPU build needs here: a 1 GiB KV cache (its default wants 4 GiB), no hub access.
@@ -62,7 +64,7 @@ def check_vllm_python(python: Path) -> str:
             f"--vllm-python {python} does not exist; build the CPU venv with "
             f"`bash {VENV_SCRIPT}` (build/vllm-venv), or pass an interpreter that has vLLM"
         )
-    done = subprocess.run(
+    done = run_to_end(
         [str(python), "-c", "import vllm; print(vllm.__version__)"],
         capture_output=True,
         text=True,
@@ -96,7 +98,7 @@ def run_vllm_child(
         log_file = log or Path(tmp) / "vllm.log"
         with open(log_file, "w") as output:
             try:
-                done = subprocess.run(
+                done = run_to_end(
                     [str(python), str(script), str(request_file), str(result_file)],
                     stdout=output,
                     stderr=subprocess.STDOUT,

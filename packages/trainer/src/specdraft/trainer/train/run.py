@@ -1,4 +1,5 @@
-"""Entry points of a training run: the per-rank main, the dry-run plan, the target checks."""
+"""Entry points of a training run: the per-rank main (a `RunRequest` in, rank 0's summary out),
+the dry-run plan, the checks a run makes before any rank starts."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from typing import Any
 
 import torch
 
-from specdraft.config import Config, ShapePolicy, load_config
+from specdraft.config import Config, ShapePolicy
+
+from .request import RunRequest
 
 log = logging.getLogger("specdraft")
 
@@ -30,31 +33,23 @@ def configure_logging(rank: int) -> None:
     )
 
 
-def rank_main(
-    config_path: str,
-    overrides: list[str],
-    resume: str | None,
-    progress: bool = True,
-    allow_changed: tuple[str, ...] = (),
-    build: Callable[..., Any] | None = None,
-) -> dict[str, Any]:
-    """What every trainer rank runs (picklable for the elastic launcher).
+def rank_main(request: RunRequest, build: Callable[..., Any] | None = None) -> dict[str, Any]:
+    """What every trainer rank runs (picklable for the elastic launcher): the request's run.
 
-    `allow_changed` names the data-order fields a resume may find changed (`--allow-changed`).
     `build` makes the trainer (`build_trainer`'s signature; default: the local data path); a
     disaggregated run's ranks pass theirs (`specdraft.trainer.disagg.consumer.rank_main`), so
     this package never imports the runtime that imports it.
     """
     from ..runtime.private import private_files
-    from .preempt import stop_on_signals, stop_timeout_from_env
+    from .preempt import stop_on_signals
 
     # A rank's process is the run: checkpoints (torch's DCP writer), metrics.jsonl and
     # summary.json are written by code that takes the umask's mode, so set a private one here,
     # at the entry point, not at import (library callers keep theirs once this returns).
     # SIGTERM / Ctrl-C stop the run at the next optimizer step with a checkpoint (preempt.py).
-    with private_files(), stop_on_signals(stop_timeout_from_env()):
+    with private_files(), stop_on_signals(request.stop_timeout_s):
         try:
-            return _run_rank(config_path, overrides, resume, progress, allow_changed, build)
+            return _run_rank(request, build)
         except user_error_types() as exc:
             # Every rank meets the same refusal (they all check the same files): each returns
             # it, and `specdraft train` prints it as one error with exit 2, no traceback.
@@ -88,23 +83,16 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     )
 
 
-def _run_rank(
-    config_path: str,
-    overrides: list[str],
-    resume: str | None,
-    progress: bool,
-    allow_changed: tuple[str, ...],
-    build: Callable[..., Any] | None,
-) -> dict[str, Any]:
+def _run_rank(request: RunRequest, build: Callable[..., Any] | None) -> dict[str, Any]:
     """`rank_main` under the private umask: build the trainer, fit, write summary.json."""
     from ..runtime import init_distributed, shutdown_distributed
 
-    config = load_config(config_path, overrides)
+    config = request.config
     if build is None and config.deployment.mode == "disaggregated":
         raise ValueError(
-            f"{config_path}: deployment.mode = 'disaggregated': the ranks read windows from a "
-            f"producer; run them with specdraft.trainer.disagg.consumer.rank_main (`specdraft "
-            f"train` does)"
+            f"{request.config_path}: deployment.mode = 'disaggregated': the ranks read windows "
+            f"from a producer; run them with specdraft.trainer.disagg.consumer.rank_main "
+            f"(`specdraft train` does)"
         )
     ctx = init_distributed()
     configure_logging(ctx.rank)
@@ -113,7 +101,13 @@ def _run_rank(
             from .assembly import build_trainer
 
             build = build_trainer
-        trainer = build(config, ctx, resume=resume, progress=progress, allow_changed=allow_changed)
+        trainer = build(
+            config,
+            ctx,
+            resume=request.resume,
+            progress=request.progress,
+            allow_changed=request.allow_changed,
+        )
         result = trainer.fit()
         summary = result.summary()
         if ctx.is_main:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...runtime.http_client import HttpFailure, call_json
-from ...runtime.service_process import ServiceError, ServiceProcess
+from ...runtime.service_process import ServiceError, ServiceProcess, run_to_end
 from ..wire.sglang import (
     PLUGIN_CONFIG_ENV,
     PLUGIN_CONFIG_NAME,
@@ -116,13 +116,12 @@ def detect_sglang_interface(
     field names of its ServerArgs."""
     python = python or sys.executable
     try:
-        done = subprocess.run(
+        done = run_to_end(
             [python, "-c", _FIELDS_PROBE, server_args_module],
             capture_output=True,
             text=True,
             timeout=timeout,
             env=None if env is None else {**os.environ, **env},
-            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SGLangInterfaceError(
@@ -180,12 +179,11 @@ def plugin_version(python: str | None = None, *, timeout: float = 60.0) -> str |
     """The version of the specdraft SGLang plugin installed for `python` if it was built for
     the SGLang installed there (else it refuses to load and the JSON path is used), or None."""
     try:
-        done = subprocess.run(
+        done = run_to_end(
             [python or sys.executable, "-c", _PLUGIN_PROBE],
             capture_output=True,
             text=True,
             timeout=timeout,
-            check=False,
         )
         found = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):

@@ -1,14 +1,16 @@
 """Managed-local disaggregated training: one `specdraft train` runs every service on this machine.
 
-Start order (each health-checked before the next): the Mooncake master (store = "mooncake" with
-manage_master), the capture server(s) (the embedded one, or a managed SGLang),
-the producer, then the trainer ranks. Each runs a package entry point (`python -m
-specdraft.trainer.disagg.capture`, `... .producer`, `... .consumer`), never the CLI, which
-depends on this package. The trainers run as one more process (the elastic launcher needs its
-own main thread and signal handlers); their console output is passed through. While
-they run, the supervisor restarts a crashed producer (it resumes from its ledger) and stops the
-run, with the dead service's log tail, when any other service dies. Everything stops in reverse
-order at the end, on error and on Ctrl-C. Service logs are under `<output_dir>/logs/`.
+Start order (each health-checked before the next): the feature store's own services (the
+Mooncake master with store = "mooncake" and manage_master), the capture server(s) (the embedded
+one, or a managed SGLang), the producer, then the trainer ranks. Each runs a package entry
+point (`python -m specdraft.trainer.disagg.capture`, `... .producer`, `... .consumer`), never
+the CLI, which depends on this package. The trainers run as one more process (the elastic
+launcher needs its own main thread and signal handlers); their console output is passed
+through. While they run, the supervisor restarts a crashed producer (it resumes from its ledger)
+and stops the run, with the dead service's log tail, when any other service dies. Everything
+stops in reverse order at the end, on error and on Ctrl-C, each process with its whole group
+(`runtime.service_process`: SIGTERM, `shutdown_timeout_s`, SIGKILL). Service logs are under
+`<output_dir>/logs/`.
 
 The run folder is made private (0700) and the run's secret is created in it (0600) before the
 first service starts; the capture servers, the producer and the trainers get it in
@@ -17,7 +19,6 @@ $SPECDRAFT_RUN_SECRET, and every request between them carries it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -30,20 +31,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specdraft.config import Config, load_config
+from specdraft.config import Config
 
-from ...launch import LaunchPlan, RankFailed
+from ...launch import RankFailed
 from ...runtime.distributed import cpu_thread_env, free_port
 from ...runtime.http_client import HttpFailure, call_json
 from ...runtime.private import run_folder
 from ...runtime.run_secret import SECRET_ENV, ensure_run_secret
+from ...runtime.service_process import ChildProcess
+from ...train.request import RunRequest
+from ..store.factory import store_services
 from .supervisor import (
     ServiceDied,
     ServiceSpec,
     Supervisor,
     http_health,
     producer_service,
-    tcp_health,
 )
 
 log = logging.getLogger(__name__)
@@ -72,57 +75,16 @@ def capture_service(
     return ServiceSpec(name=f"capture{index}", argv=argv, health=http_health(url), env=env), url
 
 
-def mooncake_service(config: Config) -> ServiceSpec:
-    """mooncake_master as a supervised service (bound to the configured loopback address)."""
-    from ..store.mooncake_master import master_command, split_address
-
-    cfg = config.deployment.disaggregated.mooncake
-    host, port = split_address(
-        cfg.master_address, field="deployment.disaggregated.mooncake.master_address"
-    )
-    return ServiceSpec(
-        name="mooncake_master",
-        argv=master_command(host, port, metrics_port=cfg.metrics_port),
-        health=tcp_health(host, port),
-    )
-
-
-def trainer_command(
-    config_path: str,
-    overrides: Sequence[str],
-    resume: str | None,
-    plan: LaunchPlan,
-    progress: bool,
-    allow_changed: Sequence[str] = (),
-) -> list[str]:
+def trainer_command(request: RunRequest) -> list[str]:
     """The trainer ranks' process (managed = false: the services already run)."""
-    argv = [sys.executable, "-m", "specdraft.trainer.disagg.consumer", config_path]
-    for item in (*overrides, "deployment.disaggregated.managed=false"):
-        argv += ["--set", item]
-    argv += ["--nproc-per-node", str(plan.nproc_per_node), "--nnodes", str(plan.nnodes)]
-    if resume:
-        argv += ["--resume", resume]
-    if allow_changed:
-        # The trainers check the resumed fingerprint, so the user's override must reach them.
-        argv += ["--allow-changed", ",".join(allow_changed)]
-    if not progress:
-        argv.append("--no-progress")
-    return argv
+    ranks = request.with_overrides("deployment.disaggregated.managed=false")
+    return [sys.executable, "-m", "specdraft.trainer.disagg.consumer", *ranks.argv()]
 
 
-def run_managed(
-    config_path: str,
-    overrides: Sequence[str],
-    resume: str | None,
-    plan: LaunchPlan,
-    progress: bool = True,
-    allow_changed: Sequence[str] = (),
-) -> dict[str, Any] | None:
-    """Run a whole disaggregated training on this machine; return the trainers' summary.
-
-    `allow_changed` names the data-order fields the trainers' resume may find changed.
-    """
-    config = load_config(config_path, overrides)
+def run_managed(request: RunRequest) -> dict[str, Any] | None:
+    """Run a whole disaggregated training on this machine; return the trainers' summary."""
+    config, plan = request.config, request.launch
+    config_path, overrides = request.config_path, request.overrides
     dis = config.deployment.disaggregated
     run_dir = Path(config.output_dir)
     # output_dir keeps its mode (it may be `.`); what the run writes inside it is private.
@@ -140,12 +102,12 @@ def run_managed(
     supervisor = Supervisor(
         run_dir, health_timeout_s=dis.health_timeout_s, shutdown_timeout_s=dis.shutdown_timeout_s
     )
-    trainers: subprocess.Popen[bytes] | None = None
+    trainers: ChildProcess | None = None
     stop = _StopTrainers()
     previous = stop.install()
     try:
-        if dis.store == "mooncake" and dis.mooncake.manage_master:
-            supervisor.start(mooncake_service(config))
+        for spec in store_services(config):
+            supervisor.start(spec)
         urls = list(dis.capture_urls)
         embedded = 0 if urls or dis.capture != "embedded" else dis.num_capture_servers
         threads = cpu_thread_env(plan.nproc_per_node + embedded)
@@ -172,31 +134,29 @@ def run_managed(
         # caller to print: dropped, so the summary is printed once. Logs go to stderr.
         # In a session of their own: a Ctrl-C reaches them once, forwarded by _StopTrainers
         # (a second copy from the terminal would stop them at once, without a checkpoint).
-        trainers = subprocess.Popen(
-            trainer_command(config_path, overrides, resume, plan, progress, allow_changed),
+        trainers = ChildProcess(
+            "trainer ranks",
+            trainer_command(request),
+            env={**threads, **secret_env},
             stdout=subprocess.DEVNULL,
-            env={**os.environ, **threads, **secret_env},
-            start_new_session=True,
         )
         stop.trainers = trainers
-        while trainers.poll() is None:
+        while trainers.alive():
             supervisor.check()  # restarts the producer; raises ServiceDied for the others
             time.sleep(supervisor.poll_s)
-        log.info("trainer ranks exited with status %d; stopping the services", trainers.returncode)
-        if trainers.returncode != 0:
+        code = trainers.returncode
+        log.info("trainer ranks exited with status %s; stopping the services", code)
+        if code != 0:
             raise RankFailed(
-                f"the trainer ranks exited with status {trainers.returncode} (their error is "
-                f"printed above; service logs are in {supervisor.log_dir})"
+                f"the trainer ranks exited with status {code} (their error is printed above; "
+                f"service logs are in {supervisor.log_dir})"
             )
     except BaseException as exc:
         # Ctrl-C and SIGTERM too: the services run in sessions of their own and would outlive
-        # this process if it did not stop them.
-        if trainers is not None and trainers.poll() is None:
-            trainers.terminate()
-            try:
-                trainers.wait(timeout=dis.shutdown_timeout_s)
-            except subprocess.TimeoutExpired:
-                trainers.kill()
+        # this process if it did not stop them. The ranks first: SIGTERM makes them save at
+        # the next step, and the services must serve until they have.
+        if trainers is not None:
+            trainers.stop(grace=dis.shutdown_timeout_s)
         if isinstance(exc, RankFailed):
             raise
         if isinstance(exc, ServiceDied):
@@ -218,7 +178,7 @@ class _StopTrainers:
     second stops them at once (train/preempt.py)."""
 
     def __init__(self) -> None:
-        self.trainers: subprocess.Popen[bytes] | None = None
+        self.trainers: ChildProcess | None = None
 
     def install(self) -> dict[int, Any]:
         """Handle SIGTERM and SIGINT; the previous handlers."""
@@ -228,11 +188,11 @@ class _StopTrainers:
 
     def _handle(self, signum: int, _frame: object) -> None:
         trainers = self.trainers
-        if trainers is None or trainers.poll() is not None:
+        if trainers is None or not trainers.alive():
             raise SystemExit(128 + signum)
         log.info("%s: asking the trainer ranks to stop", signal.Signals(signum).name)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(trainers.pid, signal.SIGTERM)
+        # To their launcher only: it forwards the request to every rank (launch.py).
+        trainers.send_signal(signal.SIGTERM)
 
 
 def start_capture_servers(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -20,15 +19,30 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...runtime.http_client import HttpFailure, call_json
-from ...runtime.service_process import ServiceError, ServiceProcess
+from ...runtime.service_process import (
+    HealthCheck,
+    ServiceError,
+    ServiceProcess,
+    ServiceSpec,
+    tcp_health,
+)
 from ..wire.windows import controller_address_path, read_controller_address
 
 log = logging.getLogger(__name__)
 
+__all__ = [
+    "HealthCheck",
+    "ServiceDied",
+    "ServiceSpec",
+    "Supervisor",
+    "http_health",
+    "producer_health",
+    "producer_service",
+    "tcp_health",
+]
+
 # Lines of a dead service's log shown in the error.
 TAIL_LINES = 40
-
-HealthCheck = Callable[[ServiceProcess], bool]
 
 
 class ServiceDied(RuntimeError):
@@ -39,21 +53,6 @@ class ServiceDied(RuntimeError):
         self.name = name
         self.log_path = log_path
         self.tail = tail
-
-
-@dataclass
-class ServiceSpec:
-    """How to run one service and how to know it is up."""
-
-    name: str
-    argv: Sequence[str]
-    health: HealthCheck | None = None
-    env: dict[str, str] | None = None
-    cwd: str | Path | None = None
-    # Restarts after a crash before the run fails (0: the first exit fails the run).
-    max_restarts: int = 0
-    # The config field behind max_restarts, for the error message.
-    restarts_field: str = ""
 
 
 @dataclass
@@ -213,19 +212,6 @@ def http_health(url: str, *, timeout: float = 2.0, secret: str | None = None) ->
         except HttpFailure:
             return False
         return isinstance(body, dict) and body.get("status") == "ok"
-
-    return check
-
-
-def tcp_health(host: str, port: int, *, timeout: float = 2.0) -> HealthCheck:
-    """Healthy when a TCP connection to host:port succeeds (e.g. mooncake_master)."""
-
-    def check(_process: ServiceProcess) -> bool:
-        try:
-            with socket.create_connection((host, port), timeout=timeout):
-                return True
-        except OSError:
-            return False
 
     return check
 

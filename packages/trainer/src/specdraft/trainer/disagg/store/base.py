@@ -1,4 +1,5 @@
-"""The feature-store protocol and its errors (implementations: `local`, `mooncake`).
+"""The feature-store protocol, its errors, and `StoreKind`: what a store module declares
+(implementations: `local`, `mooncake`; `factory` finds them by name).
 
 Capture servers write a sample's tensors as raw row-major bytes under deterministic keys
 `{run}/{sample}/g{attempt}/{name}`; trainers read them back; the producer removes them once the
@@ -8,8 +9,15 @@ they travel in the capture reply, so a store holds plain bytes and nothing that 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from specdraft.config import Config, DisaggregatedConfig
+
+    from ...runtime.service_process import ServiceSpec
 
 # Who opens a store: capture servers write, trainers read, the producer removes; the embedded
 # "store" service of a managed run only holds memory.
@@ -64,3 +72,21 @@ class FeatureStore(Protocol):
 def local_store_root(run_dir: Path) -> Path:
     """Where the embedded store keeps its objects inside a run folder."""
     return Path(run_dir) / "feature-store"
+
+
+def no_services(config: Config) -> Sequence[ServiceSpec]:
+    """A store that needs no service of its own (the embedded store: files)."""
+    return ()
+
+
+@dataclass(frozen=True)
+class StoreKind:
+    """One feature store as the runtime sees it: `disagg/store/<name>.py`'s `KIND`."""
+
+    # The `deployment.disaggregated.store` value, also the module's name.
+    name: str
+    # Open it for a role (capture, trainer, producer, ...) in a run folder; its settings are
+    # the config's `[deployment.disaggregated.<name>]` table when it has one.
+    open: Callable[[DisaggregatedConfig, Path, str], FeatureStore]
+    # Services a managed run starts for it before anything else (its master, a daemon).
+    managed_services: Callable[[Config], Sequence[ServiceSpec]] = no_services

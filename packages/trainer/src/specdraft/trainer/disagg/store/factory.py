@@ -1,30 +1,50 @@
-"""Open the feature store a config names: kept apart from the store protocol so that the
-protocol's module imports neither implementation (and neither imports it back through here)."""
+"""Open the feature store a config names, and the services a managed run starts for it.
+
+A store is a module `disagg/store/<name>.py` named after its `deployment.disaggregated.store`
+value, holding one `StoreKind` named `KIND` (how to open it, which services it needs); the config
+package's store registry (`specdraft.config.stores.STORE_NAMES`) is the one registration line.
+Kept apart from the protocol (`base`) so that no store module imports another through here.
+"""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .base import ROLES, FeatureStore, local_store_root
+from .base import ROLES, FeatureStore, StoreKind
 
 if TYPE_CHECKING:
-    from specdraft.config import DisaggregatedConfig
+    from specdraft.config import Config, DisaggregatedConfig
+
+    from ...runtime.service_process import ServiceSpec
+
+
+def store_kind(name: str) -> StoreKind:
+    """The `StoreKind` of a store name: `disagg/store/<name>.py`'s KIND."""
+    module_name = f"{__package__}.{name}"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        raise ValueError(
+            f"deployment.disaggregated.store = {name!r} has no implementation: a store is a "
+            f"module {module_name} holding a StoreKind named KIND"
+        ) from None
+    kind = getattr(module, "KIND", None)
+    if not isinstance(kind, StoreKind) or kind.name != name:
+        raise TypeError(f"{module_name}.KIND must be the StoreKind named {name!r}")
+    return kind
 
 
 def open_store(cfg: DisaggregatedConfig, run_dir: Path, *, role: str) -> FeatureStore:
     """The feature store `deployment.disaggregated.store` names, opened for `role`."""
     if role not in ROLES:
         raise ValueError(f"store role {role!r} is not one of {', '.join(ROLES)}")
-    if cfg.store == "local":
-        from .local import LocalFeatureStore
+    return store_kind(cfg.store).open(cfg, Path(run_dir), role)
 
-        return LocalFeatureStore(local_store_root(run_dir))
-    if cfg.store == "mooncake":
-        from .mooncake import MooncakeFeatureStore
 
-        return MooncakeFeatureStore(cfg.mooncake, timeout_s=cfg.store_timeout_s, role=role)
-    raise ValueError(
-        f"deployment.disaggregated.store = {cfg.store!r} is not a known store; use 'local' or "
-        f"'mooncake'"
-    )
+def store_services(config: Config) -> list[ServiceSpec]:
+    """The services a managed run starts for its store, before anything else (in order)."""
+    return list(store_kind(config.deployment.disaggregated.store).managed_services(config))

@@ -14,10 +14,14 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...runtime.atomic import atomic_write, is_temp_name
 from ...runtime.private import private_dir
-from .base import StoreError, StoreKeyMissing
+from .base import StoreError, StoreKeyMissing, StoreKind, local_store_root
+
+if TYPE_CHECKING:
+    from specdraft.config import DisaggregatedConfig
 
 
 class LocalFeatureStore:
@@ -123,3 +127,11 @@ def _make_folders(root: Path, folder: Path) -> None:
             continue
         with contextlib.suppress(FileExistsError):
             part.mkdir(mode=0o700)
+
+
+def _open(cfg: DisaggregatedConfig, run_dir: Path, role: str) -> LocalFeatureStore:
+    """The run folder's store: every role opens the same files."""
+    return LocalFeatureStore(local_store_root(run_dir))
+
+
+KIND = StoreKind("local", open=_open)

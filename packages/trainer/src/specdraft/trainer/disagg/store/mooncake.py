@@ -28,11 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .base import StoreError, StoreKeyMissing, StoreUnavailable
-from .mooncake_master import port_open, split_address
+from .base import StoreError, StoreKeyMissing, StoreKind, StoreUnavailable
+from .mooncake_master import master_services, port_open, split_address
 
 if TYPE_CHECKING:
-    from specdraft.config import MooncakeConfig
+    from pathlib import Path
+
+    from specdraft.config import DisaggregatedConfig, MooncakeConfig
 
 OBJECT_NOT_FOUND = -704
 LOCAL_BUFFER_FULL = -600
@@ -231,3 +233,11 @@ class MooncakeFeatureStore:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _open(cfg: DisaggregatedConfig, run_dir: Path, role: str) -> MooncakeFeatureStore:
+    """A client of the cluster `[deployment.disaggregated.mooncake]` names, for `role`."""
+    return MooncakeFeatureStore(cfg.mooncake, timeout_s=cfg.store_timeout_s, role=role)
+
+
+KIND = StoreKind("mooncake", open=_open, managed_services=master_services)

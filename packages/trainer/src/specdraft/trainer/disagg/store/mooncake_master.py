@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...runtime.service_process import ServiceError, ServiceProcess
+from ...runtime.service_process import ServiceError, ServiceProcess, ServiceSpec, tcp_health
 
 if TYPE_CHECKING:
-    from specdraft.config import MooncakeConfig
+    from specdraft.config import Config, MooncakeConfig
 
 
 def split_address(address: str, *, field: str) -> tuple[str, int]:
@@ -135,3 +135,20 @@ def start_master(cfg: MooncakeConfig, log_path: Path, *, timeout: float) -> Moon
     return MooncakeMaster(host, port, metrics_port=cfg.metrics_port, log_path=log_path).start(
         timeout=timeout
     )
+
+
+def master_services(config: Config) -> list[ServiceSpec]:
+    """mooncake_master as a managed run's service (bound to the configured address), when the
+    run manages it (`mooncake.manage_master`)."""
+    cfg = config.deployment.disaggregated.mooncake
+    if not cfg.manage_master:
+        return []
+    host, port = split_address(
+        cfg.master_address, field="deployment.disaggregated.mooncake.master_address"
+    )
+    spec = ServiceSpec(
+        name="mooncake_master",
+        argv=master_command(host, port, metrics_port=cfg.metrics_port),
+        health=tcp_health(host, port),
+    )
+    return [spec]
