@@ -54,19 +54,42 @@ def test_reservations_stop_at_the_watermark_and_resume_on_release():
     assert gate.blocked_s > 0
 
 
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_a_hold_without_any_acknowledgement_times_out_naming_the_setting():
-    gate = Backpressure(1)
-    gate.reserve(1, timeout=5)
+    clock = Clock()
+    gate = Backpressure(1, clock=clock)
+    assert gate.try_reserve(1, timeout=5)
+    assert not gate.try_reserve(1, timeout=5)  # the hold starts
+    clock.now += 4.9
+    assert not gate.try_reserve(1, timeout=5)
+    clock.now += 0.1
     with pytest.raises(BackpressureTimeout, match="window_timeout_s"):
-        gate.reserve(1, timeout=0.2)
+        gate.try_reserve(1, timeout=5)
 
 
-def test_a_waiting_reservation_proceeds_when_a_release_frees_room():
-    gate = Backpressure(2)
-    gate.reserve(2, timeout=5)
-    threading.Timer(0.1, gate.release, args=(1,)).start()
-    gate.reserve(1, timeout=5)
-    assert gate.outstanding == 2
+def test_a_release_restarts_the_timeout_and_ends_the_hold_at_the_next_reservation():
+    clock = Clock()
+    gate = Backpressure(2, clock=clock)
+    assert gate.try_reserve(2, timeout=5)
+    assert not gate.try_reserve(1, timeout=5)
+    clock.now += 4.0
+    gate.release(1)  # trainers are alive: the timeout counts from here
+    clock.now += 4.0
+    assert gate.try_reserve(1, timeout=5)
+    assert gate.outstanding == 2 and gate.blocked_s == pytest.approx(8.0)
+    clock.now += 3.0
+    assert gate.blocked_s == pytest.approx(8.0)  # no hold now
+    with pytest.raises(ValueError, match="only 2 are taken"):
+        gate.release(3)
 
 
 class ResidentCounter:

@@ -183,7 +183,7 @@ def test_replayed_ledger_equals_the_live_state_and_trains_every_sample_once(
         wait_idle(rt.producer)
         with rt.producer._cond:  # every change is recorded and applied under this lock
             replayed = replay(read_ledger(ledger_path(run_dir)))
-            assert replayed == rt.producer._state
+            assert replayed == rt.producer.machine.state
     assert trained_sample_counts(replayed) == expected_once(rt.prompts, 2)
     # Every object was removed once its window was trained: nothing leaks.
     assert store.bytes_resident() == 0

@@ -100,7 +100,7 @@ def test_a_resume_with_the_watermark_full_redelivers_every_rolled_back_window(
         assert rt.producer.resume(2, 1, "launch-2") == []  # one rollback per launch
         _train(rt.producer, range(2, 8), delivered)  # again to 7, checkpoint after 5
         _wait_full(rt.producer, high)
-        first_max = rt.producer.backpressure.max_outstanding
+        first_max = rt.producer.machine.backpressure.max_outstanding
 
     # The second crash takes the producer with it: the next one replays the ledger.
     with running_producer(cfg, tmp_path, prompts, [capture], store=store) as rt:
@@ -110,9 +110,9 @@ def test_a_resume_with_the_watermark_full_redelivers_every_rolled_back_window(
         assert rt.producer.wait(timeout=10)
         wait_idle(rt.producer)
         plan = rt.producer.plan
-        assert max(first_max, rt.producer.backpressure.max_outstanding) <= high
+        assert max(first_max, rt.producer.machine.backpressure.max_outstanding) <= high
         with rt.producer._cond:  # the evictions replay: the ledger alone gives the live state
-            assert replay(read_ledger(ledger_path(tmp_path))) == rt.producer._state
+            assert replay(read_ledger(ledger_path(tmp_path))) == rt.producer.machine.state
 
     # What the last delivery of each step held is exactly the plan, and the ledger agrees.
     for step in range(total):

@@ -7,8 +7,8 @@ outstanding samples bounds the feature-store memory and how far the producer run
 
 from __future__ import annotations
 
-import threading
 import time
+from collections.abc import Callable
 
 from specdraft.config import Config
 
@@ -40,20 +40,21 @@ def resolve_high_watermark(cfg: Config, largest_window: int | None = None) -> in
 class Backpressure:
     """Counts outstanding samples against the watermark and times how long leasing is held.
 
-    Callers share one condition variable with it (`cond`), so the producer can wait for room
-    and for its other conditions in one place.
+    Plain bookkeeping with no lock and no waiting: the producer's state machine owns it, and
+    the producer waits for room on its own condition variable. `clock` is the time source
+    (monotonic seconds), so tests can drive the hold timeout without sleeping.
     """
 
-    def __init__(self, high_watermark: int, *, cond: threading.Condition | None = None) -> None:
+    def __init__(self, high_watermark: int, *, clock: Callable[[], float] = time.monotonic) -> None:
         if high_watermark < 1:
             raise ValueError(f"high_watermark must be at least 1, got {high_watermark}")
         self.high_watermark = high_watermark
-        self._cond = cond if cond is not None else threading.Condition(threading.RLock())
+        self._clock = clock
         self._outstanding = 0
         self._max_outstanding = 0
         self._blocked_s = 0.0
         self._blocked_since: float | None = None
-        self._last_release = time.monotonic()
+        self._last_release = clock()
 
     def try_reserve(self, n: int = 1, *, timeout: float) -> bool:
         """Take n slots if that stays within the watermark; else start timing the hold.
@@ -63,63 +64,50 @@ class Backpressure:
         """
         if n > self.high_watermark:
             raise ValueError(f"cannot reserve {n} slots under a watermark of {self.high_watermark}")
-        with self._cond:
-            now = time.monotonic()
-            if self._outstanding + n <= self.high_watermark:
-                if self._blocked_since is not None:
-                    self._blocked_s += now - self._blocked_since
-                    self._blocked_since = None
-                self._outstanding += n
-                self._max_outstanding = max(self._max_outstanding, self._outstanding)
-                return True
-            if self._blocked_since is None:
-                self._blocked_since = now
-            if now - max(self._last_release, self._blocked_since) >= timeout:
-                raise BackpressureTimeout(
-                    f"{self._outstanding} samples have waited more than {timeout:.0f} s for an "
-                    f"acknowledgement (deployment.disaggregated.window_timeout_s); are the "
-                    f"trainer ranks alive?"
-                )
-            return False
-
-    def reserve(self, n: int = 1, *, timeout: float) -> None:
-        """Take n slots, waiting while that would exceed the watermark."""
-        with self._cond:
-            while not self.try_reserve(n, timeout=timeout):
-                self._cond.wait(min(timeout, 0.5))
+        now = self._clock()
+        if self._outstanding + n <= self.high_watermark:
+            if self._blocked_since is not None:
+                self._blocked_s += now - self._blocked_since
+                self._blocked_since = None
+            self._outstanding += n
+            self._max_outstanding = max(self._max_outstanding, self._outstanding)
+            return True
+        if self._blocked_since is None:
+            self._blocked_since = now
+        if now - max(self._last_release, self._blocked_since) >= timeout:
+            raise BackpressureTimeout(
+                f"{self._outstanding} samples have waited more than {timeout:.0f} s for an "
+                f"acknowledgement (deployment.disaggregated.window_timeout_s); are the "
+                f"trainer ranks alive?"
+            )
+        return False
 
     def add(self, n: int) -> None:
         """Count n slots taken without waiting (state restored from the ledger)."""
-        with self._cond:
-            self._outstanding += n
-            self._max_outstanding = max(self._max_outstanding, self._outstanding)
+        self._outstanding += n
+        self._max_outstanding = max(self._max_outstanding, self._outstanding)
 
     def release(self, n: int = 1) -> None:
-        """Free n slots (their samples were acknowledged) and wake a waiting producer."""
-        with self._cond:
-            if n > self._outstanding:
-                raise ValueError(f"releasing {n} slots but only {self._outstanding} are taken")
-            self._outstanding -= n
-            self._last_release = time.monotonic()
-            self._cond.notify_all()
+        """Free n slots (their samples' objects were removed)."""
+        if n > self._outstanding:
+            raise ValueError(f"releasing {n} slots but only {self._outstanding} are taken")
+        self._outstanding -= n
+        self._last_release = self._clock()
 
     @property
     def outstanding(self) -> int:
-        """Samples leased and not yet acknowledged."""
-        with self._cond:
-            return self._outstanding
+        """Samples leased and not yet freed."""
+        return self._outstanding
 
     @property
     def max_outstanding(self) -> int:
         """The largest outstanding count seen (within the watermark after start-up)."""
-        with self._cond:
-            return self._max_outstanding
+        return self._max_outstanding
 
     @property
     def blocked_s(self) -> float:
         """Total seconds leasing was held at the watermark, the current hold included."""
-        with self._cond:
-            current = 0.0
-            if self._blocked_since is not None:
-                current = time.monotonic() - self._blocked_since
-            return self._blocked_s + current
+        current = 0.0
+        if self._blocked_since is not None:
+            current = self._clock() - self._blocked_since
+        return self._blocked_s + current

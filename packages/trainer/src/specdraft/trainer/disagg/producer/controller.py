@@ -18,13 +18,8 @@ from ..wire.windows import (
     STATUS_OUT_OF_RANGE,
     STATUS_PRODUCER_FAILED,
 )
-from .producer import (
-    Producer,
-    ProducerError,
-    StepAlreadyTrained,
-    StepNotDelivered,
-    StepOutOfRange,
-)
+from .machine import ProducerError, StepAlreadyTrained, StepNotDelivered, StepOutOfRange
+from .producer import Producer
 
 # The controller's requests are a few small fields; nothing near this is legitimate.
 MAX_CONTROLLER_BODY_BYTES = 64 << 10

@@ -253,10 +253,16 @@ def trained_sample_counts(state: LedgerState) -> dict[int, Counter[int]]:
     """How many times each sample is in the trained windows, per epoch (exactly-once audit)."""
     counts: dict[int, Counter[int]] = {}
     for state_step in state.steps.values():
-        if not state_step.trained or state_step.published is None:
+        if not state_step.trained:
             continue
         epoch_counts = counts.setdefault(state_step.epoch, Counter())
-        for rank in state_step.published:
-            for micro in rank:
-                epoch_counts.update(ref["sample_id"] for ref in micro)
-    return counts
+        if state_step.published is not None:
+            for rank in state_step.published:
+                for micro in rank:
+                    epoch_counts.update(ref["sample_id"] for ref in micro)
+        elif state_step.delivered:
+            # Delivered, then withdrawn because a restarted producer found objects missing,
+            # and acknowledged before it was published again: the trainers had read it whole,
+            # and its slots name the window's samples.
+            epoch_counts.update(list(state_step.slots))
+    return {epoch: c for epoch, c in counts.items() if c}

@@ -1,16 +1,13 @@
 """The producer: leases prompts to capture servers, publishes whole optimizer windows of
 sample references, and turns trainer acknowledgements into store removals.
 
-Threads: one dispatcher leases samples in step order (bounded by `max_inflight_captures` and
-by the backpressure watermark); a pool of workers runs the captures; the controller's request
-threads call `window`, `ack` and `resume`. All state lives in the ledger's `LedgerState` and
-changes only through `_record` (append durably, then apply), under one condition variable.
-
-Exactly-once, in short: a sample is trained when the window holding it is acknowledged by every
-rank; acknowledged windows are never delivered again unless a trainer resumes from an older
-checkpoint, which rolls every later trained window back to "not captured" (and makes later
-untrained ones forget their acknowledgements); store keys carry the attempt, and an attempt
-number is used once per sample for the whole run.
+This is the machinery around `machine.ProducerMachine`, which holds every exactly-once rule:
+one dispatcher thread leases samples in step order (the machine says which, or that a window
+captured ahead must be evicted, or to wait); a pool of workers runs the captures; the
+controller's request threads call `window`, `ack` and `resume`. Each event goes to the machine
+under one condition variable; the records it applied are written to the ledger (durably unless
+a restart can do without them) before anything it asked for is carried out: store removals
+(outside the lock), then the room they held given back.
 """
 
 from __future__ import annotations
@@ -19,12 +16,11 @@ import logging
 import os
 import threading
 import time
-from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from specdraft.config import Config
 
@@ -32,37 +28,17 @@ from ..store.base import FeatureStore
 from ..wire.capture import CaptureRequest, reply_to_json
 from ..wire.keys import sample_key
 from ..wire.refs import SampleRef, WindowRefs, window_from_json
-from .backpressure import Backpressure, resolve_high_watermark
-from .ledger import LEDGER_NAME, Ledger, LedgerError, StepState, read_ledger, replay
+from .backpressure import resolve_high_watermark
+from .ledger import LEDGER_NAME, Ledger, read_ledger, replay
+from .machine import Claim, Eviction, ProducerError, ProducerMachine, Removal, is_durable
 from .plan import RunPlan
 from .pool import CapturePool
 from .prompts import Prompt, count_reasons
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 BASE_TENSORS = ("input_ids", "loss_mask", "hidden_states")
-
-# Records a restarted producer can lose without harm: a lost capture is captured again (its
-# lease, which is durable, keeps the attempt number unique), a lost publish is published again,
-# a lost failure or removal is found again by the restart sweep. Everything a trainer can
-# observe (acks, trained) is durable, and an fsync also makes every earlier record durable.
-_LAZY_EVENTS = frozenset({"capture", "publish", "fail", "removed"})
-
-
-class ProducerError(RuntimeError):
-    """The producer stopped: its message says why and what to change."""
-
-
-class StepOutOfRange(LookupError):
-    """A step at or past the end of the run."""
-
-
-class StepAlreadyTrained(RuntimeError):
-    """A window every rank has acknowledged was asked for again without a resume."""
-
-
-class StepNotDelivered(RuntimeError):
-    """An acknowledgement for a window that was never published."""
 
 
 @dataclass(frozen=True)
@@ -143,25 +119,26 @@ class Producer:
             raise ValueError(f"the plan names samples with no prompt: {missing[:5]}")
         self._store = store
         self._ledger_path = ledger_path(run_dir)
-        self._state = replay(read_ledger(self._ledger_path))
+        self.machine = ProducerMachine(
+            plan,
+            world_size=settings.world_size,
+            high_watermark=settings.high_watermark,
+            max_inflight=settings.max_inflight,
+            max_retries=settings.max_retries,
+            window_timeout_s=settings.window_timeout_s,
+            state=replay(read_ledger(self._ledger_path)),
+            ledger_name=str(self._ledger_path),
+        )
         self._ledger = Ledger(self._ledger_path)
         self._cond = threading.Condition(threading.RLock())
         self._stop = threading.Event()
         self._fatal: BaseException | None = None
-        self._closed = False
-        self._inflight: set[tuple[int, int]] = set()
-        self._reserved: set[tuple[int, int]] = set()
-        self._tries: Counter[tuple[int, int]] = Counter()
-        self._latencies_ms: deque[float] = deque(maxlen=256)
-        self._counters: Counter[str] = Counter()
-        self._cursor = 0
-        self.backpressure = Backpressure(settings.high_watermark, cond=self._cond)
         self._pool = CapturePool(
             clients,
             probe_timeout_s=min(settings.capture_timeout_s, settings.health_timeout_s),
             drop_after_s=settings.health_timeout_s,
             on_drop=self._record_drop,
-            dropped=tuple(self._state.dropped_servers),
+            dropped=tuple(self.machine.state.dropped_servers),
         )
         self._executor = ThreadPoolExecutor(settings.max_inflight, thread_name_prefix="capture")
         self._dispatcher = threading.Thread(
@@ -187,13 +164,13 @@ class Producer:
             self._dispatcher.join(timeout=self.settings.capture_timeout_s)
         self._executor.shutdown(wait=False, cancel_futures=True)
         with self._cond:
-            self._closed = True
+            self.machine.close()
             self._ledger.close()
 
     def done(self) -> bool:
         """Whether every step of the run is acknowledged."""
         with self._cond:
-            return self._advance_cursor() >= self.plan.total_steps
+            return self.machine.done()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the run is done (True), or the producer failed (raises), or timeout."""
@@ -201,7 +178,7 @@ class Producer:
         with self._cond:
             while True:
                 self._raise_if_failed()
-                if self._advance_cursor() >= self.plan.total_steps:
+                if self.machine.done():
                     return True
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -228,20 +205,14 @@ class Producer:
 
     def window(self, step: int, rank: int, *, wait_s: float) -> WindowRefs | None:
         """Rank `rank`'s micro-batches of step `step`, waiting up to wait_s; None if not yet."""
-        self._check_rank(rank)
+        self.machine.check_rank(rank)
         deadline = time.monotonic() + wait_s
         with self._cond:
             while True:
                 self._raise_if_failed()
-                self._check_step(step)
-                if self._state.is_trained(step):
-                    raise StepAlreadyTrained(
-                        f"step {step} was acknowledged by every rank; a trainer restarted from a "
-                        f"checkpoint must call resume(step) first"
-                    )
-                state = self._state.steps.get(step)
-                if state is not None and state.published is not None:
-                    return window_from_json(state.published[rank])
+                refs = self.machine.window_refs(step, rank)
+                if refs is not None:
+                    return window_from_json(refs)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
@@ -249,95 +220,29 @@ class Producer:
 
     def ack(self, step: int, rank: int) -> None:
         """Rank `rank` finished the optimizer step of `step`; idempotent."""
-        self._check_rank(rank)
         with self._cond:
             self._raise_if_failed()
-            self._check_step(step)
-            if self._state.is_trained(step):
-                return
-            state = self._state.steps.get(step)
-            if state is None or not state.delivered:
-                raise StepNotDelivered(f"ack for step {step}, which was never delivered")
-            if rank in state.acks:
-                return
-            self._record("ack", **self._where(step), rank=rank)
-            if len(state.acks) < self.settings.world_size:
-                return
-            self._record("trained", **self._where(step))
-            pairs, slots = self._retire_step(step, state)
-        self._remove(pairs, step=step)
-        # Room is given back only once the objects are gone, so the store never holds more
-        # than the watermark of samples.
-        self.backpressure.release(slots)
+            removal = self._event(self.machine.acked, step, rank)
+        if removal is not None:
+            self._remove(removal)
 
     def resume(self, step: int, rank: int, incarnation: str) -> list[int]:
-        """A trainer restored the checkpoint after `step` steps: re-deliver every later window.
-
-        Windows before `step` count as trained whatever was acknowledged. From `step` on, a
-        trained window (its objects were removed) goes back to "not captured" and is captured
-        again (new attempts) before it is delivered again; an untrained one keeps its captures
-        and forgets its acknowledgements. One rollback per trainer incarnation, so the second
-        rank's call does not undo the first rank's fresh acknowledgements. Returns the steps
-        whose acknowledgements were undone.
-        """
-        self._check_rank(rank)
-        if not 0 <= step <= self.plan.total_steps:
-            raise StepOutOfRange(f"resume step {step} is outside 0..{self.plan.total_steps}")
+        """A trainer restored the checkpoint after `step` steps: re-deliver every later window
+        (`ProducerMachine.resumed`). Returns the steps whose acknowledgements were undone."""
         with self._cond:
             self._raise_if_failed()
-            if incarnation in self._state.incarnations:
-                return []
-            below: list[tuple[int, list[tuple[int, int]]]] = []
-            above: list[tuple[int, int]] = []
-            rolled = []
-            slots = 0
-            for index, state in sorted(self._state.steps.items()):
-                if index < step and not state.trained:
-                    pairs, n = self._retire_step(index, state)
-                    below.append((index, pairs))
-                    slots += n
-                elif index >= step and state.trained:
-                    rolled.append(index)
-                    pairs, n = self._retire_step(index, state)
-                    above += pairs
-                    slots += n
-                elif index >= step and state.acks:
-                    rolled.append(index)  # its objects are still there: only the acks go
-            self._record("resume", step=step, rank=rank, incarnation=incarnation, rolled=rolled)
-            self._cursor = min(self._cursor, step)
-            self._publish_ready()
-        for index, pairs in below:
-            self._remove(pairs, step=index)
-        # Rolled-back attempts: nobody reads them again; the windows get new attempts.
-        self._remove(above)
-        self.backpressure.release(slots)
-        log.info("trainer resumed at step %d (rank %d): rolled back %s", step, rank, rolled)
+            rolled, removals = self._event(self.machine.resumed, step, rank, incarnation)
+        if removals:
+            for removal in removals:
+                self._remove(removal)
+            log.info("trainer resumed at step %d (rank %d): rolled back %s", step, rank, rolled)
         return rolled
 
     def stats(self) -> dict[str, float]:
         """Counters for the trainer's metrics log (producer/*, store/*)."""
         with self._cond:
-            lat = list(self._latencies_ms)
-            trained = sum(1 for s in range(self.plan.total_steps) if self._state.is_trained(s))
-            published = sum(1 for s in self._state.steps.values() if s.published is not None)
-            out = {
-                "producer/inflight": float(len(self._inflight)),
-                "producer/outstanding": float(self.backpressure.outstanding),
-                "producer/max_outstanding": float(self.backpressure.max_outstanding),
-                "producer/high_watermark": float(self.settings.high_watermark),
-                "producer/backpressure_ms": 1000.0 * self.backpressure.blocked_s,
-                "producer/capture_latency_ms": sum(lat) / len(lat) if lat else 0.0,
-                "producer/capture_latency_max_ms": max(lat) if lat else 0.0,
-                "producer/captures": float(self._counters["captures"]),
-                "producer/capture_failures": float(self._counters["failures"]),
-                "producer/remove_errors": float(self._counters["remove_errors"]),
-                "producer/published_steps": float(published),
-                "producer/trained_steps": float(trained),
-                "producer/total_steps": float(self.plan.total_steps),
-                "producer/restarts": float(max(self._state.starts - 1, 0)),
-                "producer/bad_prompts": float(len(self._state.bad_prompts)),
-            }
-            for reason, n in count_reasons(self._state.bad_prompts).items():
+            out = self.machine.stats()
+            for reason, n in count_reasons(self.machine.state.bad_prompts).items():
                 out[f"producer/bad_prompts_{reason}"] = float(n)
         out.update(self._pool.stats())
         try:
@@ -349,60 +254,14 @@ class Producer:
     # ------------------------------------------------------------------ restore
 
     def _restore(self, bad_prompts: dict[int, str]) -> None:
-        state = self._state
         with self._cond:
-            self._record(
-                "start",
-                pid=os.getpid(),
-                total_steps=self.plan.total_steps,
-                windows_per_epoch=self.plan.windows_per_epoch,
-            )
-            for epoch, digest in self.plan.digests.items():
-                old = state.plan_digests.get(epoch)
-                if old is None:
-                    self._record("plan", epoch=epoch, digest=digest)
-                elif old != digest:
-                    raise LedgerError(
-                        f"{self._ledger_path}: epoch {epoch} was planned differently by an "
-                        f"earlier producer of this run (plan {old}, now {digest}): the data, "
-                        f"seed or batch settings changed; restore them, or use a new output_dir"
-                    )
-            for sid, reason in bad_prompts.items():
-                if sid not in state.bad_prompts:
-                    self._record("bad_prompt", sample_id=sid, reason=reason)
+            captured = self._event(self.machine.start, pid=os.getpid(), bad_prompts=bad_prompts)
             # Captured objects can be lost with their holder (a restarted Mooncake master):
             # what is gone is captured again.
-            for index, step_state in state.steps.items():
-                if step_state.trained:
-                    continue
-                for sid, slot in step_state.slots.items():
-                    if slot.ref is not None and not self._objects_exist(slot.ref):
-                        self._record(
-                            "fail",
-                            **self._where(index),
-                            sample_id=sid,
-                            attempt=slot.attempt,
-                            server="",
-                            error="objects missing from the feature store after a restart",
-                        )
-            for index, step_state in state.steps.items():
-                if not step_state.trained:
-                    self._reserved.update((index, sid) for sid in step_state.slots)
-            self.backpressure.add(len(self._reserved))
-            self._advance_cursor()
-            self._publish_ready()
-            unswept = {i: s for i, s in state.steps.items() if s.trained and not s.removed}
-            swept = {(sid, slot.attempt) for s in unswept.values() for sid, slot in s.slots.items()}
-            referenced = self._referenced_pairs() | swept
-            orphans = sorted(p for p in state.live if p not in referenced)
-        # Trained windows whose removal a dead producer did not finish, and attempts that no
-        # live slot holds any more (leased by a dead producer, failed, or rolled back).
-        for index, step_state in unswept.items():
-            self._remove(
-                [(sid, slot.attempt) for sid, slot in step_state.slots.items()], step=index
-            )
-        if orphans:
-            self._remove(orphans)
+            missing = [slot for slot in captured if not self._objects_exist(slot.ref)]
+            sweep = self._event(self.machine.restore, missing)
+        for removal in sweep:
+            self._remove(removal)
 
     def _objects_exist(self, ref: dict[str, Any]) -> bool:
         try:
@@ -416,119 +275,53 @@ class Producer:
     def _dispatch_loop(self) -> None:
         try:
             while not self._stop.is_set():
-                work = self._claim_work()
-                if work is None:
+                claim = self._claim_work()
+                if claim is None:
                     continue
-                step, sid = work
                 try:
                     client = self._pool.acquire(timeout=self.settings.health_timeout_s)
                 except BaseException:
                     with self._cond:
-                        self._inflight.discard(work)
+                        self.machine.unclaim(claim)
                     raise
                 with self._cond:
-                    if self._stop.is_set() or not self._needs_capture(step, sid):
-                        self._inflight.discard(work)
-                        self._pool.release(client, ok=True)
-                        continue
-                    attempt = self._state.next_attempt.get(sid, 0)
-                    self._record(
-                        "lease",
-                        **self._where(step),
-                        sample_id=sid,
-                        attempt=attempt,
-                        server=self._url(client),
-                    )
-                    self._tries[work] += 1
-                self._executor.submit(self._capture, step, sid, attempt, client)
+                    attempt = None
+                    if self._stop.is_set():
+                        self.machine.unclaim(claim)
+                    else:
+                        attempt = self._event(self.machine.lease, claim, server=self._url(client))
+                if attempt is None:
+                    self._pool.release(client, ok=True)
+                    continue
+                self._executor.submit(self._capture, claim.step, claim.sample_id, attempt, client)
         except BaseException as exc:
             if not self._stop.is_set():
                 self._fail(exc)
 
-    def _claim_work(self) -> tuple[int, int] | None:
+    def _claim_work(self) -> Claim | None:
         """The next sample to lease, once a capture slot and (for a new one) room are free."""
         while not self._stop.is_set():
             with self._cond:
                 self._raise_if_failed()
-                work = None
-                if len(self._inflight) < self.settings.max_inflight:
-                    work = self._next_work()
-                if work is not None and (
-                    work in self._reserved
-                    or self.backpressure.try_reserve(1, timeout=self.settings.window_timeout_s)
-                ):
-                    self._reserved.add(work)
-                    self._inflight.add(work)
-                    return work
-                evicted = None if work is None else self._evict_after(work[0])
-                if evicted is None:
+                decision = self._event(self.machine.claim)
+                if isinstance(decision, Claim):
+                    return decision
+                if decision is None:
                     self._cond.wait(0.5)
                     continue
-            # Store removals outside the lock, as on an ack; the room is given back only once
-            # the objects are gone, so the store never holds more than the watermark.
-            index, pairs, slots = evicted
-            self._remove(pairs)
-            self.backpressure.release(slots)
-            log.info(
-                "step %d needs capturing and the watermark is full: evicted step %d (captured "
-                "ahead; it is captured again later)",
-                work[0],
-                index,
-            )
+            self._evict(decision)
         return None
 
-    def _evict_after(self, step: int) -> tuple[int, list[tuple[int, int]], int] | None:
-        """Free the room of the last window captured ahead of `step`, if any can go.
-
-        Leasing is in step order, so reservations normally form a prefix and the window the
-        trainers need next never waits on room held by a later one. A resume breaks that: it
-        rolls trained windows back to "not captured" while later windows, captured ahead, may
-        hold the whole watermark; without this the rolled-back window would wait for room
-        that only its own training frees. The latest such window goes back to "not captured"
-        (its objects are removed) and is captured again once room frees. Windows with
-        acknowledgements or captures in flight are left alone. Returns (step, pairs to
-        remove, slots to release), or None when nothing can go.
-        """
-        busy = {index for index, _sid in self._inflight}
-        for index in sorted(self._state.steps, reverse=True):
-            if index <= step:
-                return None
-            state = self._state.steps[index]
-            if state.trained or state.acks or index in busy:
-                continue
-            if not any((index, sid) in self._reserved for sid in state.slots):
-                continue
-            pairs, slots = self._retire_step(index, state)
-            self._record("evict", **self._where(index))
-            return index, pairs, slots
-        return None
-
-    def _next_work(self) -> tuple[int, int] | None:
-        # In step order, so the window the trainers need next is always leased first and the
-        # leased samples are a prefix: a window never waits on room taken by a later one
-        # (after a resume, `_evict_after` restores that).
-        for index, _state in self._open_windows():
-            for sid in self.plan.windows[index].sample_ids():
-                if (index, sid) not in self._inflight and self._needs_capture(index, sid):
-                    return index, sid
-        return None
-
-    def _open_windows(self) -> Iterator[tuple[int, StepState | None]]:
-        """In step order from the cursor: the steps neither trained nor published yet, with
-        their ledger state (None before anything of theirs was recorded)."""
-        for index in range(self._advance_cursor(), self.plan.total_steps):
-            if self._state.is_trained(index):
-                continue
-            state = self._state.steps.get(index)
-            if state is None or state.published is None:
-                yield index, state
-
-    def _needs_capture(self, step: int, sid: int) -> bool:
-        if self._state.is_trained(step):
-            return False
-        state = self._state.steps.get(step)
-        slot = None if state is None else state.slots.get(sid)
-        return slot is None or slot.ref is None
+    def _evict(self, eviction: Eviction) -> None:
+        # Store removals outside the lock, as on an ack; the room is given back only once the
+        # objects are gone, so the store never holds more than the watermark.
+        self._remove(eviction.removal)
+        log.info(
+            "step %d needs capturing and the watermark is full: evicted step %d (captured "
+            "ahead; it is captured again later)",
+            eviction.needed_by,
+            eviction.step,
+        )
 
     # ------------------------------------------------------------------ capture
 
@@ -551,7 +344,14 @@ class Producer:
                 self._on_failed(step, sid, attempt, client, f"{type(exc).__name__}: {exc}")
                 return
             self._pool.release(client, ok=True)
-            self._on_captured(step, sid, attempt, ref, 1000.0 * (time.perf_counter() - started))
+            ms = 1000.0 * (time.perf_counter() - started)
+            with self._cond:
+                stale = self._event(
+                    self.machine.captured, step, sid, attempt, reply_to_json(ref), ms
+                )
+            if stale is not None:
+                # Rolled back or trained while in flight: nobody will read these objects.
+                self._remove(stale)
         except BaseException as exc:
             self._fail(exc)
 
@@ -574,155 +374,71 @@ class Producer:
             raise ValueError(f"reply lacks tensors {missing}")
         return ref
 
-    def _on_captured(self, step: int, sid: int, attempt: int, ref: SampleRef, ms: float) -> None:
-        with self._cond:
-            self._inflight.discard((step, sid))
-            state = self._state.steps.get(step)
-            slot = None if state is None else state.slots.get(sid)
-            stale = self._closed or slot is None or slot.attempt != attempt
-            stale = stale or self._state.is_trained(step)
-            if not stale:
-                self._record(
-                    "capture",
-                    **self._where(step),
-                    sample_id=sid,
-                    attempt=attempt,
-                    ref=reply_to_json(ref),
-                    latency_ms=round(ms, 3),
-                )
-                self._latencies_ms.append(ms)
-                self._counters["captures"] += 1
-                self._publish_ready()
-            self._cond.notify_all()
-        if stale:
-            # Rolled back or trained while in flight: nobody will read these objects.
-            self._remove([(sid, attempt)])
-
     def _on_failed(self, step: int, sid: int, attempt: int, client: Any, error: str) -> None:
         log.warning("capture of sample %d (attempt %d) failed: %s", sid, attempt, error)
         server_up = self._pool.report_failure(client, error)
-        # The failed attempt may have written some of its objects: they are never read.
-        self._remove([(sid, attempt)])
         with self._cond:
-            self._inflight.discard((step, sid))
-            self._counters["failures"] += 1
-            if not self._closed:
-                self._record(
-                    "fail",
-                    **self._where(step),
-                    sample_id=sid,
-                    attempt=attempt,
-                    server=self._url(client),
-                    error=error[:500],
-                )
-            # A server that went down is not the sample's fault: only failures on a healthy
-            # server count against the sample's retries.
-            if not server_up:
-                self._tries[(step, sid)] -= 1
-            if self._tries[(step, sid)] > self.settings.max_retries:
-                self._fail(
-                    ProducerError(
-                        f"sample {sid} (step {step}) failed {self._tries[(step, sid)]} captures on "
-                        f"healthy servers; last error from {self._url(client)}: {error}. Check the "
-                        f"capture server's log, or raise "
-                        f"deployment.disaggregated.capture_max_retries"
-                    )
-                )
-            self._cond.notify_all()
+            failure = self._event(
+                self.machine.capture_failed,
+                step,
+                sid,
+                attempt,
+                server=self._url(client),
+                error=error,
+                server_up=server_up,
+            )
+            if failure.fatal is not None:
+                self._fail(failure.fatal)
+        # The failed attempt may have written some of its objects: they are never read.
+        self._remove(failure.removal)
 
-    # ------------------------------------------------------------------ publish, ack
+    # ------------------------------------------------------------------ store, ledger
 
-    def _publish_ready(self) -> None:
-        """Publish, in step order, every window whose samples are all captured."""
-        for index, state in self._open_windows():
-            window = self.plan.windows[index]
-            slots = {} if state is None else state.slots
-            if any(sid not in slots or slots[sid].ref is None for sid in window.sample_ids()):
-                return
-            refs = [[[slots[sid].ref for sid in micro] for micro in rank] for rank in window.ranks]
-            self._record("publish", **self._where(index), refs=refs)
-
-    def _retire_step(self, index: int, state: StepState) -> tuple[list[tuple[int, int]], int]:
-        """Drop a step's reservations: the (sample, attempt) pairs to remove and the room to
-        give back once they are removed."""
-        mine = {(index, sid) for sid in state.slots} & self._reserved
-        # Out of the reserved set at once: a rolled-back sample must reserve anew.
-        self._reserved -= mine
-        # A rolled-back or evicted window starts its retry count afresh when leased again.
-        for sid in state.slots:
-            self._tries.pop((index, sid), None)
-        sids = set(state.slots)
-        pairs = {(sid, slot.attempt) for sid, slot in state.slots.items()}
-        # Earlier attempts of the same samples (failed, or leased by a dead producer) go too,
-        # unless another live window still holds them.
-        referenced = self._referenced_pairs(exclude=index)
-        pairs |= {p for p in self._state.live if p[0] in sids and p not in referenced}
-        return sorted(pairs), len(mine)
-
-    def _referenced_pairs(self, exclude: int | None = None) -> set[tuple[int, int]]:
-        return {
-            (sid, slot.attempt)
-            for index, state in self._state.steps.items()
-            if index != exclude and not state.trained
-            for sid, slot in state.slots.items()
-        }
-
-    def _remove(self, pairs: list[tuple[int, int]], *, step: int | None = None) -> None:
-        """Remove the objects of these attempts (force) and record it; store errors are kept."""
-        removed = []
-        for sid, attempt in pairs:
+    def _remove(self, removal: Removal) -> None:
+        """Remove the objects of the removal's attempts (force), then tell the machine; store
+        errors are counted and left to the next producer's sweep."""
+        done, errors = [], 0
+        for sid, attempt in removal.pairs:
             try:
                 for name in self.settings.tensor_names:
-                    key = sample_key(self.settings.run, sid, attempt, name)
-                    self._store.remove(key, force=True)
+                    self._store.remove(
+                        sample_key(self.settings.run, sid, attempt, name), force=True
+                    )
             except Exception as exc:  # removal is retried by the next producer's sweep
                 log.warning("cannot remove sample %d attempt %d: %s", sid, attempt, exc)
-                with self._cond:
-                    self._counters["remove_errors"] += 1
+                errors += 1
                 continue
-            removed.append([sid, attempt])
+            done.append((sid, attempt))
         with self._cond:
-            if self._closed or not (removed or step is not None):
-                return
-            fields: dict[str, Any] = {"objects": removed}
-            if step is not None and len(removed) == len(pairs):
-                fields["step"] = step
-            self._record("removed", **fields)
+            self._event(self.machine.removed, removal, done, errors=errors)
 
-    # ------------------------------------------------------------------ helpers
-
-    def _record(self, ev: str, **fields: Any) -> None:
-        """Append a record, then apply it: the only way state changes."""
+    def _event(self, handler: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run one machine event under the lock and write the records it applied before the
+        caller carries out anything it asked for (even when it raised after recording)."""
         with self._cond:
-            rec = self._ledger.append(ev, sync=ev not in _LAZY_EVENTS, **fields)
-            self._state.apply(rec)
+            try:
+                return handler(*args, **kwargs)
+            finally:
+                self._commit()
+
+    def _commit(self) -> None:
+        """Write the machine's new records to the ledger, in order, and wake the waiters. A
+        record the ledger could not take leaves the machine ahead of its file: that stops the
+        producer (a restarted one replays the file)."""
+        try:
+            for rec in self.machine.take_records():
+                fields = {k: v for k, v in rec.items() if k != "ev"}
+                self._ledger.append(rec["ev"], sync=is_durable(rec), **fields)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        finally:
             self._cond.notify_all()
 
     def _record_drop(self, url: str, reason: str) -> None:
         log.warning("dropping capture server %s: %s", url, reason)
         with self._cond:
-            if not self._closed:
-                self._record("drop_server", server=url, reason=reason)
-
-    def _where(self, step: int) -> dict[str, int]:
-        window = self.plan.windows[step]
-        return {"step": step, "epoch": window.epoch, "window": window.window}
-
-    def _advance_cursor(self) -> int:
-        while self._cursor < self.plan.total_steps and self._state.is_trained(self._cursor):
-            self._cursor += 1
-        return self._cursor
-
-    def _check_step(self, step: int) -> None:
-        if not 0 <= step < self.plan.total_steps:
-            raise StepOutOfRange(
-                f"step {step} is outside the run (0..{self.plan.total_steps - 1}): "
-                f"the run has {self.plan.total_steps} optimizer steps"
-            )
-
-    def _check_rank(self, rank: int) -> None:
-        if not 0 <= rank < self.settings.world_size:
-            raise ValueError(f"rank {rank} is outside 0..{self.settings.world_size - 1}")
+            self._event(self.machine.server_dropped, url, reason)
 
     def _raise_if_failed(self) -> None:
         if self._fatal is not None:
