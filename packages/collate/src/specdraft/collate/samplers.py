@@ -66,7 +66,7 @@ from specdraft.config.resume_contract import (
     FIELDS_BY_NAME,
     SAMPLER_CONFIG_FIELDS,
     SAMPLER_DEFAULTS,
-    SAMPLER_FIELDS,
+    SAMPLER_KEYS,
     mode_settings,
     saved_mode,
 )
@@ -465,7 +465,7 @@ class MicroBatchSampler:
             "mega_batch_multiplier": self.mega_batch_multiplier,
             **mode_settings(self.mode),
         }
-        return {f.sampler_key: settings[f.sampler_key] for f in SAMPLER_FIELDS}  # type: ignore[index]
+        return {key: settings[key] for key in SAMPLER_KEYS}
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
         """Epoch and position for an exact resume.

@@ -22,12 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specdraft.config import BUCKET_QUANTUM, ShapePolicy
+from specdraft.config.sampler_mode import SamplerMode, check_sampler_mode
 
 from .accounting import plan_micro_batches
 from .samplers import MicroBatch
 
 # The samplers whose micro-batches do not depend on the buckets, so the DP is exact for them.
-SUGGEST_SAMPLERS = ("random", "length_grouped")
+SUGGEST_SAMPLERS: tuple[SamplerMode, ...] = ("random", "length_grouped")
 
 
 def grid_weights(
@@ -111,12 +112,12 @@ def suggest_buckets(
     micro_batch_size: int,
     max_length: int,
     k: int,
-    sampler: str = "random",
+    sampler: SamplerMode = "random",
     seed: int = 0,
     mega_batch_multiplier: int = 50,
 ) -> tuple[int, ...]:
     """The k multiples of 128 (last = max_length) that minimise computed positions for `sampler`."""
-    if sampler not in SUGGEST_SAMPLERS:
+    if check_sampler_mode(sampler) not in SUGGEST_SAMPLERS:
         raise ValueError(
             f"bucket suggestion needs micro-batches that do not depend on the buckets: sampler "
             f"must be one of {', '.join(SUGGEST_SAMPLERS)}, not {sampler!r}"

@@ -176,16 +176,17 @@ FIELDS_BY_NAME: dict[str, ResumeField] = {f.name: f for f in RESUME_CONTRACT}
 IDENTITY_FIELDS: tuple[str, ...] = tuple(f.name for f in RESUME_CONTRACT if not f.data_order)
 # Data-order fields -> what they mean: the names `--allow-changed` accepts.
 DATA_ORDER_FIELDS: dict[str, str] = {f.name: f.meaning for f in RESUME_CONTRACT if f.data_order}
-# The sampler's saved settings, in the order it saves them.
+# The sampler's saved settings, in the order it saves them, and their keys in its state.
 SAMPLER_FIELDS: tuple[ResumeField, ...] = tuple(f for f in RESUME_CONTRACT if f.sampler_key)
+SAMPLER_KEYS: dict[str, ResumeField] = {str(f.sampler_key): f for f in SAMPLER_FIELDS}
 # Sampler setting -> the config field it comes from: how a refused resume names it.
-SAMPLER_CONFIG_FIELDS: dict[str, str] = {f.sampler_key: f.name for f in SAMPLER_FIELDS}  # type: ignore[misc]
+SAMPLER_CONFIG_FIELDS: dict[str, str] = {key: f.name for key, f in SAMPLER_KEYS.items()}
 # Sampler settings older states lack, with the value those plans had.
 SAMPLER_DEFAULTS: dict[str, Any] = {
-    f.sampler_key: f.default
-    for f in SAMPLER_FIELDS
-    if f.has_default  # type: ignore[misc]
+    key: f.default for key, f in SAMPLER_KEYS.items() if f.has_default
 }
+# The sampler-state keys that together record the sampler mode.
+MODE_KEYS: dict[str, str] = {key: f.name for key, f in SAMPLER_KEYS.items() if f.selects_mode}
 
 
 def run_fingerprint(config: Config, *, data: str) -> dict[str, Any]:
@@ -223,10 +224,10 @@ def check_allow_changed(names: Iterable[str]) -> tuple[str, ...]:
 def mode_settings(mode: SamplerMode) -> dict[str, bool]:
     """The sampler's saved mode entries (`length_grouped`, `packing`, ...) for `mode`."""
     on = MODE_FIELDS[mode]
-    return {f.sampler_key: f.name in on for f in SAMPLER_FIELDS if f.selects_mode}  # type: ignore[misc]
+    return {key: name in on for key, name in MODE_KEYS.items()}
 
 
 def saved_mode(state: Mapping[str, Any]) -> SamplerMode:
     """The mode of a saved sampler state (older states may hold overridden flags too)."""
     state = {**SAMPLER_DEFAULTS, **state}
-    return mode_of(f.name for f in SAMPLER_FIELDS if f.selects_mode and state.get(f.sampler_key))
+    return mode_of(name for key, name in MODE_KEYS.items() if state.get(key))

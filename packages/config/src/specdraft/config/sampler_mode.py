@@ -105,7 +105,7 @@ def check_sampler_mode(mode: str) -> SamplerMode:
         raise ValueError(
             f"unknown sampler {mode!r}; choose a sampler mode: {', '.join(SAMPLER_MODES)}"
         )
-    return mode  # type: ignore[return-value]
+    return mode
 
 
 def bucket_free_mode(mode: SamplerMode) -> SamplerMode:
