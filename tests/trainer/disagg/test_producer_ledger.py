@@ -4,16 +4,21 @@ exactly-once accounting under capture retries and trainer resumes."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from disagg_runtime import (
     FakeCapture,
     expected_once,
+    fake_features,
+    ledger_trained_counts,
     make_prompts,
     running_producer,
     runtime_config,
     spec_for,
+    train_ranks,
     wait_idle,
 )
 from hypothesis import HealthCheck, given, settings
@@ -28,8 +33,9 @@ from specdraft.trainer.disagg.producer.ledger import (
 )
 from specdraft.trainer.disagg.producer.main import plan_prompts
 from specdraft.trainer.disagg.producer.producer import ledger_path
-from specdraft.trainer.disagg.store import local_store_root
+from specdraft.trainer.disagg.store import local_store_root, tensors_to_store
 from specdraft.trainer.disagg.store.local import LocalFeatureStore
+from specdraft.trainer.disagg.wire.capture import CaptureRequest
 
 
 def test_records_are_durable_lines_that_read_back_in_order(tmp_path):
@@ -201,3 +207,50 @@ def test_a_producer_refuses_a_ledger_written_for_another_plan(tiny_qwen3_target,
         running_producer(reseeded, tmp_path, prompts, [FakeCapture(store, spec_for(cfg, 32))]),
     ):
         pass
+
+
+# ----------------------------------------------------------------- an existing run folder
+
+# Written by the producer before its rules moved into `machine.py` (16 prompts, 2 epochs of 2
+# windows, watermark 2 windows): epoch 0 trained after a resume that rolled step 1 back and an
+# eviction, a failed capture, and epoch 1's windows captured and published, not trained yet.
+OLD_LEDGER = Path(__file__).parent / "data" / "ledger-before-the-state-machine.jsonl"
+
+
+def test_a_run_folder_of_the_earlier_producer_resumes_and_trains_each_sample_once(tmp_path):
+    cfg = runtime_config("/nonexistent", tmp_path, disaggregated={"high_watermark": 16})
+    path = ledger_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    shutil.copy(OLD_LEDGER, path)
+    old = replay(read_ledger(path))
+    assert [old.is_trained(s) for s in range(4)] == [True, True, False, False]
+    store = LocalFeatureStore(local_store_root(tmp_path))
+    spec = spec_for(cfg, 32)
+    prompts = {p.sample_id: p for p in make_prompts(16)}
+    # Step 2's objects are still in the store; step 3's were lost with their holder.
+    for sid, slot in old.steps[2].slots.items():
+        request = CaptureRequest(
+            run=cfg.run_id,
+            sample_id=sid,
+            attempt=slot.attempt,
+            input_ids=list(prompts[sid].input_ids),
+            loss_mask=list(prompts[sid].loss_mask),
+        )
+        tensors_to_store(store, request, spec, fake_features(request, spec))
+    client = FakeCapture(store, spec)
+    with running_producer(cfg, tmp_path, make_prompts(16), [client], store=store) as rt:
+        assert rt.producer.resume(2, 0, "launch-3") == []  # nothing after the checkpoint ran
+        got = train_ranks(rt.client, store, world_size=2, steps=range(2, rt.total_steps))
+        assert not got.errors, got.errors
+        assert rt.producer.wait(timeout=10)
+        wait_idle(rt.producer)
+        with rt.producer._cond:
+            assert replay(read_ledger(path)) == rt.producer.machine.state
+    # Step 2 was served from the objects it had; step 3 was captured again, under new attempts.
+    recaptured = {sid for sid, _attempt in client.requests}
+    assert recaptured == set(old.steps[3].slots)
+    assert all(a > old.steps[3].slots[sid].attempt for sid, a in client.requests)
+    assert ledger_trained_counts(tmp_path) == expected_once(list(prompts.values()), 2)
+    assert store.bytes_resident() == 0
+    # The old records are read as they were written; the new producer only appended.
+    assert read_ledger(path)[: len(read_ledger(OLD_LEDGER))] == read_ledger(OLD_LEDGER)
