@@ -79,9 +79,6 @@ if TYPE_CHECKING:
 
 MicroBatch = list[int]
 
-# The seed's names for the resume contract's sampler columns (`specdraft.config.resume_contract`).
-CONFIG_FIELDS = SAMPLER_CONFIG_FIELDS
-_FINGERPRINT_DEFAULTS = SAMPLER_DEFAULTS
 # Modes whose base order is length-grouped, and those that cut bucket-synchronised rows.
 _LENGTH_ORDERED = ("length_grouped", "length_grouped_bucket_synchronized")
 _BUCKET_SYNCED = ("bucket_synchronized", "length_grouped_bucket_synchronized")
@@ -525,15 +522,16 @@ class MicroBatchSampler:
         changed = [key for key, value in expected.items() if key in saved and saved[key] != value]
         refused = [key for key in changed if not _allowed(key, changed, allow_changed)]
         if refused:
+            fields = [SAMPLER_CONFIG_FIELDS[key] for key in refused]
             raise SamplerStateMismatch(
                 "cannot resume the data order exactly, the sampler settings changed ("
                 + "; ".join(
-                    f"{CONFIG_FIELDS[key]}: checkpoint {saved[key]!r}, now {expected[key]!r}"
-                    for key in refused
+                    f"{field}: checkpoint {saved[key]!r}, now {expected[key]!r}"
+                    for field, key in zip(fields, refused, strict=True)
                 )
                 + "); resume with the same data and sizes, start a new run, or accept the "
-                f"change with --allow-changed {','.join(CONFIG_FIELDS[k] for k in refused)}",
-                fields=[CONFIG_FIELDS[key] for key in refused],
+                f"change with --allow-changed {','.join(fields)}",
+                fields=fields,
             )
         self.epoch = int(state["epoch"])
         position = int(state["position"])
@@ -557,10 +555,11 @@ class MicroBatchSampler:
         epoch's untrained samples become this epoch's plan), else moved by samples consumed.
         Returns the position to continue at; `resume_note` says what happened and counts."""
         saved = _comparable(state)
+        field = SAMPLER_CONFIG_FIELDS
         names = ", ".join(
-            CONFIG_FIELDS[k]
-            if FIELDS_BY_NAME[CONFIG_FIELDS[k]].read is None  # the data: its counts say little
-            else f"{CONFIG_FIELDS[k]}: {saved[k]!r} -> {expected[k]!r}"
+            field[k]
+            if FIELDS_BY_NAME[field[k]].read is None  # the data: its sample counts say little
+            else f"{field[k]}: {saved[k]!r} -> {expected[k]!r}"
             for k in changed
         )
         reason = None
@@ -600,17 +599,17 @@ def _comparable(state: dict[str, Any]) -> dict[str, Any]:
     Older versions saved the grouping options as configured, also where another one overrides
     them (packing ignores length grouping): the mode they select is what the plan was.
     """
-    filled = {**_FINGERPRINT_DEFAULTS, **state}
+    filled = {**SAMPLER_DEFAULTS, **state}
     return {**filled, **mode_settings(saved_mode(filled))}
 
 
 def _allowed(key: str, changed: list[str], allow_changed: Sequence[str]) -> bool:
     """Whether a changed sampler setting was allowed: by its config field, or for the mode's
     entries by any changed field that selects the mode (the one the user turned on or off)."""
-    if CONFIG_FIELDS[key] in allow_changed:
+    if SAMPLER_CONFIG_FIELDS[key] in allow_changed:
         return True
-    mode_keys = [k for k in changed if FIELDS_BY_NAME[CONFIG_FIELDS[k]].selects_mode]
-    return key in mode_keys and any(CONFIG_FIELDS[k] in allow_changed for k in mode_keys)
+    mode_keys = [k for k in changed if FIELDS_BY_NAME[SAMPLER_CONFIG_FIELDS[k]].selects_mode]
+    return key in mode_keys and any(SAMPLER_CONFIG_FIELDS[k] in allow_changed for k in mode_keys)
 
 
 def _pad_policy(saved: Any, policy: ShapePolicy) -> PadTo | ShapePolicy:
