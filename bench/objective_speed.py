@@ -1,4 +1,4 @@
-"""Objective speed, before and after issue 13 item 7, side by side in one process.
+"""Objective speed, before and after the fused objectives, side by side in one process.
 
 The loss of both draft families starts where the backbone ends: draft hidden states
 [B, N, bs, H] -> the frozen LM head -> full-vocabulary cross-entropy (+ the DFlash2 selector,
@@ -47,8 +47,8 @@ from specdraft.trainer.models.losses import (
 from specdraft.trainer.models.target import TargetHead
 
 # --------------------------------------------------------------------------- old implementations
-# The objectives as they were before issue 13 item 7 (the "before" column, and the reference the
-# tests compare the package against at 1e-6).
+# The objectives as they were before the fused formulation (the "before" column, and the
+# reference the tests compare the package against at 1e-6).
 
 
 def old_dflash2_objective(

@@ -10,7 +10,7 @@
 # torch; where pip cannot build them (no hatchling there) they are put on PYTHONPATH instead.
 #
 # Runs are ordered so that a time-budget cut drops the least needed rows: the `long` workload
-# (the reference's 1024-8192 table) first, then `low-supervision` (issue 13's anchor buckets),
+# (the reference's 1024-8192 table) first, then `low-supervision` (the anchor buckets' workload),
 # then `variable`; within each, fsdp2 / static+compile / buckets+compile and their anchor-bucket
 # rows (static / buckets + anchor buckets + compile) before the uncompiled rows. The
 # budget (BENCH_TIME_BUDGET seconds, default 480) counts from the harness's start; a run that

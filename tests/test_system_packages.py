@@ -1,4 +1,4 @@
-"""`make setup` on a fresh machine (issue 15, item 10): scripts/system_packages.sh installs the
+"""`make setup` on a fresh machine: scripts/system_packages.sh installs the
 system packages the Mooncake tests need with apt-get as root or with passwordless sudo, and
 otherwise stops with the exact command to run; the Mooncake tests fail, never skip, when one is
 missing. The script runs for real, with the system commands it calls replaced by recording stubs

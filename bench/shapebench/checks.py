@@ -2,7 +2,7 @@
 
 On the synthetic workloads, `static_shape_buckets` must beat `static_shapes` on step time by at
 least the share of computed positions the buckets remove, minus a small overhead; compiled runs
-must show zero recompiles after warm-up. Packed rows (issue 16) are read against the same static
+must show zero recompiles after warm-up. Packed rows are read against the same static
 stack unpacked: computed positions per real token, samples (conversations) per second, anchors
 per conversation.
 """
@@ -106,7 +106,7 @@ def recompile_findings(rows: Sequence[RunResult]) -> list[str]:
     ]
 
 
-# Anchor buckets (issue 13): (anchor-bucket variant, the same stack without them).
+# Anchor buckets: (anchor-bucket variant, the same stack without them).
 ANCHOR_PAIRS = (
     ("static-anchors", "static"),
     ("buckets-anchors", "buckets"),
@@ -292,7 +292,7 @@ def low_supervision_checks(
     return lines
 
 
-# Packing (issue 16): (packed variant, the same stack unpacked).
+# Packing: (packed variant, the same stack unpacked).
 PACKING_PAIRS = (("packed", "static"), ("packed-compile", "static-compile"))
 # The issue's targets: at most this many computed positions per real token (ShareGPT), and at
 # least this many times the samples per second of unpacked static shapes (`sharegpt` workload).

@@ -39,7 +39,7 @@ PRESETS: dict[str, Preset] = {
         # The exact DP of `python bench/anchor_counts.py --suggest 4` on `low-supervision` (1024
         # samples, seed 0): the workload where anchor widths matter (on the others every policy
         # computes ~1.0 block per valid anchor). 16 / 32 sat below most micro-batches' fullest
-        # row (docs/benchmarks.md, issue 13 item 6).
+        # row (docs/benchmarks.md, "Anchor buckets and anchor grouping, counted").
         anchor_buckets=(35, 45, 53),
         block_size=16,
         num_draft_layers=2,

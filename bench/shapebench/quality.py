@@ -1,4 +1,4 @@
-"""Draft quality per compute, packed against unpacked (issue 16 item 6): runs, rows, table.
+"""Draft quality per compute, packed against unpacked: runs, rows, table.
 
 Every run is the quickstart's config (tiny target, its own answers to ShareGPT prompts, held-out
 eval set) under static shapes, unpacked or packed, trained by the benchmark child

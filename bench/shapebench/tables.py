@@ -23,7 +23,7 @@ OFFLINE_COLUMNS = (
     "Δ memory",
     "computed positions per real token",
     "computed anchor blocks per valid anchor",
-    # Packing spreads a row's anchors over its conversations (issue 16).
+    # Packing spreads a row's anchors over its conversations (training.packing).
     "anchors per conversation",
     "compile warm-up",
     "graphs compiled",

@@ -17,7 +17,7 @@ class Variant:
     buckets: bool
     compile_blocks: bool
     anchor_buckets: bool = False  # the second static dimension (training.static_anchor_buckets)
-    packing: bool = False  # whole conversations packed into rows (training.packing, issue 16)
+    packing: bool = False  # whole conversations packed into rows (training.packing)
     anchor_grouped: bool = False  # micro-batches of similar anchor counts (data.anchor_grouped)
 
     def training_overrides(
@@ -55,7 +55,7 @@ VARIANTS: tuple[Variant, ...] = (
         True,
         True,
     ),
-    # Issue 13: anchor-count buckets on top of each static stack.
+    # Anchor-count buckets on top of each static stack.
     Variant("static-anchors", "fsdp2 + static_shapes + anchor buckets", "fsdp2", True, False,
             False, True),
     Variant("buckets-anchors", "fsdp2 + static_shape_buckets + anchor buckets", "fsdp2", True,
@@ -65,7 +65,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("buckets-anchors-compile",
             "fsdp2 + static_shape_buckets + anchor buckets + compile_blocks", "fsdp2", True, True,
             True, True),
-    # Issue 13, continued: the same stacks in anchor-grouped order (data.anchor_grouped).
+    # The same stacks in anchor-grouped order (data.anchor_grouped).
     Variant("fsdp2-grouped", "fsdp2 (pad to longest) + anchor_grouped", "fsdp2", False, False,
             False, anchor_grouped=True),
     Variant("static-anchors-grouped", "fsdp2 + static_shapes + anchor buckets + anchor_grouped",
@@ -73,7 +73,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("buckets-anchors-grouped",
             "fsdp2 + static_shape_buckets + anchor buckets + anchor_grouped", "fsdp2", True, True,
             False, True, anchor_grouped=True),
-    # Issue 16: whole conversations packed into rows of max_length, one static shape.
+    # Whole conversations packed into rows of max_length, one static shape.
     Variant("packed", "fsdp2 + static_shapes + packing", "fsdp2", True, False, False,
             packing=True),
     Variant("packed-compile", "fsdp2 + static_shapes + packing + compile_blocks", "fsdp2", True,

@@ -6,7 +6,7 @@ loss mask that hides a random prefix (the prompt), so pad-to-longest batches cha
 micro-batch as real conversations do. Lengths and masks are plain integers from a seeded
 `random.Random`, identical in every process and for every variant of a table.
 
-`low-supervision` is the anchor dimension's workload (issue 13). The note's variable rows hid a
+`low-supervision` is the anchor dimension's workload. The note's variable rows hid a
 20-80% prefix at 512 anchors for max_length 2048 (1 anchor per 4 positions), so many samples had
 fewer valid anchors than `num_anchors`. At the presets' density of 1 anchor per 16 positions
 (64 x 16 = 1024, 512 x 16 = 8192) the same mask leaves almost every sample with more valid

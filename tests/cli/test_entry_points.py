@@ -28,6 +28,7 @@ from specdraft.trainer.train.request import RunRequest
 TRAINER_SRC = Path(__file__).resolve().parents[2] / "packages" / "trainer" / "src"
 
 
+@pytest.mark.subprocess
 def test_serve_producer_plans_the_run_and_serves_windows_until_sigterm(tiny_target_path, tmp_path):
     run = tmp_path / "run"
     cfg = runtime_config(tiny_target_path, run, world_size=1)

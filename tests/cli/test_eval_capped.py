@@ -1,4 +1,4 @@
-"""Held-out prompts near data.max_length (issue 15, item 5): evaluation records are cut so prompt
+"""Held-out prompts near data.max_length: evaluation records are cut so prompt
 + generated tokens fit max_length, under static shapes and under shape buckets, in `specdraft
 eval` and in a training run's baseline evaluation; the eval report counts the cut prompts.
 

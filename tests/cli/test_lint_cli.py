@@ -128,6 +128,7 @@ def test_any_bytes_give_exit_0_1_or_2_and_no_traceback(lint, tmp_path, data):
     assert all(re.match(TEXT_LINE, line) for line in result.stdout.splitlines())
 
 
+@pytest.mark.subprocess
 def test_lint_never_imports_torch():
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "specdraft.cli", "lint", *EXAMPLES],

@@ -281,6 +281,7 @@ def test_the_request_timeout_is_an_option(config_file, tmp_path):
     assert elapsed < 20
 
 
+@pytest.mark.subprocess
 def test_ctrl_c_stops_a_pending_request_at_once(config_file, tmp_path):
     import signal
     import subprocess

@@ -1,4 +1,4 @@
-"""What a run writes is its owner's alone (issue 15, "run folder and store 0700 / 0600"), without
+"""What a run writes is its owner's alone (run folder and store 0700, files 0600), without
 touching the mode of a folder the user already had: output_dir may be `.` or $HOME."""
 
 from __future__ import annotations
@@ -102,6 +102,7 @@ def test_a_library_caller_gets_a_private_run_folder_but_keeps_its_umask(
     assert os.umask(0o022) == 0o022
 
 
+@pytest.mark.subprocess
 def test_the_producer_keeps_an_existing_run_folders_mode_and_writes_privately(
     tiny_target_path, tmp_path, open_umask
 ):

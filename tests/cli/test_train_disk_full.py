@@ -146,6 +146,7 @@ def unshare_works() -> bool:
     return probe.returncode == 0
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(not unshare_works(), reason="needs root and unshare -m for a small tmpfs")
 def test_a_real_full_disk_stops_cleanly_and_resume_does_not_die_on_metrics(
     tiny_target_path, tmp_path

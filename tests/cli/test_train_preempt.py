@@ -142,6 +142,7 @@ def start_sleeper(timeout: float) -> subprocess.Popen:
     return process
 
 
+@pytest.mark.subprocess
 def test_a_second_signal_stops_at_once():
     process = start_sleeper(timeout=0)
     process.send_signal(signal.SIGTERM)
@@ -155,6 +156,7 @@ def test_a_second_signal_stops_at_once():
     assert "stopped at once by SIGINT" in process.stderr.read()
 
 
+@pytest.mark.subprocess
 def test_the_launchers_forwarded_request_never_counts_as_a_second_signal():
     process = start_sleeper(timeout=0)
     process.send_signal(signal.SIGINT)  # Ctrl-C reaches the rank ...
@@ -167,6 +169,7 @@ def test_the_launchers_forwarded_request_never_counts_as_a_second_signal():
     assert process.returncode == 128 + signal.SIGTERM
 
 
+@pytest.mark.subprocess
 def test_the_stop_timeout_bounds_a_stop_that_does_not_finish():
     process = start_sleeper(timeout=1.0)
     start = time.monotonic()

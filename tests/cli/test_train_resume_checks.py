@@ -1,4 +1,4 @@
-"""Resume checks what it resumes (issue 15, item 7): a changed data order is refused naming the
+"""Resume checks what it resumes: a changed data order is refused naming the
 field unless allowed by name, a changed learning rate is applied, metrics are not repeated, and
 `--resume latest` with nothing to resume says so."""
 

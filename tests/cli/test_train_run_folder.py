@@ -59,6 +59,7 @@ HOLDER = textwrap.dedent(
 )
 
 
+@pytest.mark.subprocess
 def test_the_lock_of_a_killed_run_is_released_by_the_kernel(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True

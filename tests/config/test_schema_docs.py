@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from specdraft.config.reference import render_reference
 from specdraft.config.schema_json import config_json_schema, render_json_schema
 from specdraft.config.schema_walk import iter_tables, table_model
@@ -55,6 +57,7 @@ def test_committed_reference_is_current_and_lists_every_key():
                 assert f"`{'.'.join([*path, name])}`" in committed
 
 
+@pytest.mark.subprocess
 def test_generator_check_mode_agrees():
     script = ROOT / "scripts" / "generate_config_docs.py"
     result = subprocess.run(

@@ -1,4 +1,4 @@
-"""The benchmark's anchor dimension (issue 13): anchor-bucket rows, the anchor-block tally, and
+"""The benchmark's anchor dimension: anchor-bucket rows, the anchor-block tally, and
 the probe's t(L, A) fit."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The benchmark's packing rows (issue 16): packed variants, the packed tally and features, the
+"""The benchmark's packing rows: packed variants, the packed tally and features, the
 packing checks, and bench/packing_quality.py (its table and a --quick run)."""
 
 from __future__ import annotations

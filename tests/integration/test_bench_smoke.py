@@ -102,6 +102,7 @@ def test_selection_errors_name_the_choices():
     assert [v.key for v in parse_variants("all")] == [v.key for v in VARIANTS]
 
 
+@pytest.mark.subprocess
 def test_bad_selection_exits_with_usage_error():
     done = subprocess.run(
         [sys.executable, str(BENCH / "static_shapes.py"), "--variants", "nope"],

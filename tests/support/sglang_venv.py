@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-VENV = ROOT / "build" / "sglang-venv"
+# SPECDRAFT_SGLANG_VENV: another folder (tox's sglang env builds its own, on its own packages,
+# so that it never replaces the one `make test` builds on top of .venv).
+VENV = Path(os.environ.get("SPECDRAFT_SGLANG_VENV") or ROOT / "build" / "sglang-venv")
 
 
 def build_sglang_python() -> str:

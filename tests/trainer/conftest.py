@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-# ------------------------------------------------------------------ draft models (issue 4)
+# -------------------------------------------------------------------------- draft models
 # A random tiny Qwen3 target saved as safetensors, a ModelConfig factory for it, and a batch
 # factory that computes each sample's target features at its own length and zero-pads them, as
 # the collator does, so a sample's features are bit-identical whatever it is padded to.
@@ -125,7 +125,7 @@ def random_samples(tiny_qwen3_target):
     return make
 
 
-# ------------------------------------------------------ conversation data, tiny assets (issue 3)
+# -------------------------------------------------------------- conversation data, tiny assets
 # The tiny BPE tokenizer, built once into $SPECDRAFT_CACHE (build/cache, see tests/conftest.py,
 # which also gives the pretrained tiny target) and reused across runs; a Config factory for data
 # tests.

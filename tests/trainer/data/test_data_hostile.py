@@ -1,4 +1,4 @@
-"""Hostile and broken corpora (issue 15, item 8): an empty or all-bad corpus is an error that
+"""Hostile and broken corpora: an empty or all-bad corpus is an error that
 names the field, each file and its counts (it was an IndexError from the dataset cache); invalid
 UTF-8 in one row is one counted bad row under `skip` and a located error under `fail` (it failed
 the whole load, naming nothing); a huge turn is cut by characters before it is tokenised."""

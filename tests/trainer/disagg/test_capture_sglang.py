@@ -179,6 +179,7 @@ def test_the_launcher_detects_the_later_interface_of_the_stub(target, tmp_path, 
     assert reply.sample_id == 1
 
 
+@pytest.mark.subprocess
 def test_a_service_that_never_gets_healthy_times_out_and_is_stopped(tmp_path):
     service = ServiceProcess(
         "sleeper",

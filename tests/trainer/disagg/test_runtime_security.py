@@ -1,6 +1,6 @@
-"""The disaggregated runtime against a hostile neighbour on the same machine (issue 15, items
-2, 4, 6 and the file modes of item 10): the run's secret on every request, one run per capture
-server, bounded HTTP input and threads, private run folders, and a loopback rendezvous."""
+"""The disaggregated runtime against a hostile neighbour on the same machine: the run's secret on
+every request, one run per capture server, bounded HTTP input and threads, private run folders
+and file modes, and a loopback rendezvous."""
 
 from __future__ import annotations
 
@@ -200,7 +200,7 @@ def _controller_events(run_dir: Path) -> list[dict]:
 def test_spoofed_window_capture_ack_and_resume_without_the_secret_change_nothing(
     tiny_qwen3_target, tmp_path, monkeypatch
 ):
-    """The attack of issue 15 item 2: read a window's keys, overwrite its features through
+    """The spoofing attack: read a window's keys, overwrite its features through
     /capture (the loss moved 7.548 -> 7.988), kill the run with /ack, roll it back with
     /resume. Without the run's secret each is a 401, and the loss stays what it was."""
     monkeypatch.delenv("SPECDRAFT_RUN_SECRET", raising=False)
@@ -377,6 +377,7 @@ def test_a_window_request_with_a_non_finite_or_bad_wait_is_a_400(tiny_qwen3_targ
 # ----------------------------------------------------------------------------- private files
 
 
+@pytest.mark.subprocess
 def test_the_store_the_address_file_and_the_logs_are_private(tmp_path):
     store = LocalFeatureStore(tmp_path / "run" / "feature-store")
     store.put("testrun/4/g0/input_ids", b"abc")
@@ -426,6 +427,7 @@ def test_a_master_addr_that_is_not_this_machine_is_named(tmp_path):
         sock.close()
 
 
+@pytest.mark.subprocess
 def test_a_lone_rank_listens_on_loopback_only(tmp_path):
     """A one-process run made its group's store from tcp://127.0.0.1:PORT, which listened on
     every interface all the same."""

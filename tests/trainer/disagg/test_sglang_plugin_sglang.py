@@ -22,6 +22,9 @@ from specdraft.trainer.disagg.wire import CaptureRequest, capture_spec
 from specdraft.trainer.disagg.wire.sglang import PLUGIN_TENSORS, PluginSettings
 from specdraft.trainer.disagg.wire.sglang import write_plugin_settings as write_settings
 
+# Every test here runs SGLang's own code in its venv (tox's sglang env runs them).
+pytestmark = pytest.mark.sglang
+
 CHECK = ROOT / "tests" / "support" / "sglang_plugin_check.py"
 HOOKED = ["req", "logits_output", "hidden_state_offset", "capture_hidden_mode", "extend_input_len"]
 

@@ -26,6 +26,9 @@ from specdraft.trainer.disagg.capture.sglang_launcher import (
     sglang_command,
 )
 
+# Every test here runs SGLang's own code in its venv (tox's sglang env runs them).
+pytestmark = pytest.mark.sglang
+
 ROOT = Path(__file__).resolve().parents[3]
 CHECK = ROOT / "tests" / "support" / "sglang_real_check.py"
 EXAMPLES = {

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from specdraft.trainer.disagg.store.tensors import DTYPES
 from specdraft.trainer.disagg.wire.capture import WIRE_DTYPES
 
@@ -19,6 +21,7 @@ def _modules_after(statement: str) -> set[str]:
     return set(json.loads(done.stdout.splitlines()[-1]))
 
 
+@pytest.mark.subprocess
 def test_the_wire_contract_imports_no_torch():
     loaded = _modules_after("import specdraft.trainer.disagg.wire")
     assert "torch" not in loaded
@@ -28,6 +31,7 @@ def test_every_dtype_name_on_the_wire_reads_back_as_a_tensor():
     assert set(WIRE_DTYPES) == set(DTYPES)
 
 
+@pytest.mark.subprocess
 def test_the_trainer_ranks_side_does_not_import_the_producer():
     loaded = _modules_after("import specdraft.trainer.disagg.consumer")
     assert "specdraft.trainer.disagg.consumer.client" in loaded

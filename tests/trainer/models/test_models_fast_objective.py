@@ -1,4 +1,4 @@
-"""The fast objectives (issue 13 item 7) against the old formulas kept in bench/objective_speed.py.
+"""The fast objectives against the old formulas kept in bench/objective_speed.py.
 
 The package computes the logits as one contiguous mm with a fused cross-entropy, and skips the
 work a zero weight discards (the DFlash2 selector, DSpark's target distribution). Here the same

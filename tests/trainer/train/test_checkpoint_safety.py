@@ -1,4 +1,4 @@
-"""Checkpoints are safe to receive (issue 15, item 3) and checked before they are trusted (item 7).
+"""Checkpoints are safe to receive and checked before they are trusted.
 
 A checkpoint of a real two-step run on the tiny target is tampered with the way a careless copy or
 a hostile sender would: zeros written into a DCP shard, a pickle payload planted as DCP metadata or

@@ -1,4 +1,4 @@
-"""A non-finite loss (issue 15, item 8): it trained on, exited 0 and checkpointed NaN weights.
+"""A non-finite loss: before this check a run trained on, exited 0 and checkpointed NaN weights.
 Now, by default, the run stops at that step with an error naming the step and the last good
 checkpoint and writes nothing from it; with training.nonfinite_loss = 'skip' the step's update
 is dropped, counted, and the run finishes with finite weights."""
