@@ -210,3 +210,17 @@ def test_packed_rows_that_pad_to_a_smaller_bucket_keep_their_older_plan() -> Non
 
     assert plans((256, 512, 1024)) == "1df92685a845673e"
     assert plans(1024) == "b99992bdfbc1b16e"
+
+
+def test_turning_packing_on_resumes_the_unpacked_plans_untrained_samples() -> None:
+    # The saved plan is rebuilt in its own mode, whatever the new shape policy packs.
+    lengths = [(29 * i) % 500 + 10 for i in range(80)]
+    sizes = {"micro_batch_size": 2, "grad_accum_steps": 1, "seed": 4}
+    unpacked = MicroBatchSampler(lengths, **sizes, pad_to=1024)
+    state = unpacked.state_dict(consumed=7)
+    trained = {i for batch in unpacked.epoch_plan(0)[0][:7] for i in batch}
+    packed = MicroBatchSampler(lengths, **sizes, pad_to=ShapePolicy(pad_to=1024, packing=True))
+    packed.load_state_dict(state, allow_changed=["training.packing"])
+    assert "(0 repeated, 0 skipped)" in packed.resume_note
+    rest = [i for batch in packed for i in batch]
+    assert sorted(rest) == sorted(set(range(len(lengths))) - trained)
