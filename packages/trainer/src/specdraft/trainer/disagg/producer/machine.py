@@ -332,11 +332,11 @@ class ProducerMachine:
         """The producer removed `done` of the removal's pairs (`errors` failed: the next
         producer's sweep retries them); the removal's room is given back now, once the
         objects are gone, so the store never holds more than the watermark."""
-        done = [list(pair) for pair in done]
+        objects = [list(pair) for pair in done]
         self.counters["remove_errors"] += errors
-        if not self.closed and (done or removal.step is not None):
-            fields: dict[str, Any] = {"objects": done}
-            if removal.step is not None and len(done) == len(removal.pairs):
+        if not self.closed and (objects or removal.step is not None):
+            fields: dict[str, Any] = {"objects": objects}
+            if removal.step is not None and len(objects) == len(removal.pairs):
                 fields["step"] = removal.step
             self._record("removed", **fields)
         if removal.slots:
