@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "Against the same length stack at num_anchors in random order, judged on the removable "
         "empty blocks (down to the exact width of the row's own micro-batches: a width must hold "
-        "the fullest row) and, as the issue words it, on all empty blocks.",
+        "the fullest row) and, as the target is worded, on all empty blocks.",
         "",
     ]
     lines += [f"- {line}" for line in targets]

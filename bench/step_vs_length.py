@@ -21,7 +21,7 @@ and then checks that on real micro-batches: `--anchor-batches N` micro-batches o
 max_length (static shapes), each timed at num_anchors (static) and at the width the preset's
 anchor buckets give it (static + anchor buckets), round-robin. Reported: computed anchor blocks
 per valid anchor under both, the share of anchor blocks removed, the measured fall of the step
-and the issue's target (fall >= removed share x anchor share - 3 points).
+and the target (fall >= removed share x anchor share - 3 points).
 
 Usage: python bench/step_vs_length.py [--preset cpu|cpu-context|gpu] [--rounds 9] [--out DIR]
        [--anchor-widths 16,32,64 [--anchor-batches 8] [--anchor-workload low-supervision]]
@@ -243,7 +243,7 @@ def time_anchor_cells(
     }
 
 
-# The allowance on the probe: the step must fall by removed share x anchor share - 3 pts.
+# The allowance on the probe: the step must fall by removed share x anchor share - 3 pts.
 ANCHOR_PROBE_TOLERANCE = 0.03
 
 

@@ -178,7 +178,7 @@ def check_lines(workload: str, rows: Sequence[PolicyCount]) -> list[str]:
     """The >= 90% target per anchor-bucket row, against the same length stack at num_anchors.
 
     Judged two ways: on the *removable* empty blocks (down to the exact width of the row's own
-    micro-batches: a width must hold the fullest row) and, as the issue words it, on *all* empty
+    micro-batches: a width must hold the fullest row) and, as the target is worded, on *all* empty
     blocks. Random pairs leave most empty blocks unremovable; anchor-grouped order
     (data.anchor_grouped) brings the exact width close to one block per valid anchor.
     """

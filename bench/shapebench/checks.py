@@ -1,4 +1,4 @@
-"""The issue's targets, checked on the measured rows (reported, never faked or asserted).
+"""The benchmark's targets, checked on the measured rows (reported, never faked or asserted).
 
 On the synthetic workloads, `static_shape_buckets` must beat `static_shapes` on step time by at
 least the share of computed positions the buckets remove, minus a small overhead; compiled runs
@@ -294,7 +294,7 @@ def low_supervision_checks(
 
 # Packing: (packed variant, the same stack unpacked).
 PACKING_PAIRS = (("packed", "static"), ("packed-compile", "static-compile"))
-# The issue's targets: at most this many computed positions per real token (ShareGPT), and at
+# The packing targets: at most this many computed positions per real token (ShareGPT), and at
 # least this many times the samples per second of unpacked static shapes (`sharegpt` workload).
 PACKED_POSITIONS_TARGET = 1.05
 PACKED_SPEEDUP_TARGET = 2.0
@@ -317,7 +317,7 @@ class PackingCheck:
 
     @property
     def targeted(self) -> bool:
-        """True on the workloads the issue's targets name (elsewhere the line is a reading)."""
+        """True on the workloads the packing targets name (elsewhere the line is a reading)."""
         return self.workload in PACKING_TARGET_WORKLOADS
 
     def describe(self) -> str:

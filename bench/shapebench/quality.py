@@ -267,7 +267,7 @@ def quality_table(rows: list[QualityRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# The targets: tau at equal computed anchor blocks within 2% of unpacked (or better),
+# The packing targets: tau at equal computed anchor blocks within 2% of unpacked (or better),
 # samples per second at least 2x unpacked static shapes.
 TAU_TOLERANCE = 0.02
 SPEEDUP_TARGET = 2.0
