@@ -271,14 +271,6 @@ def open_feature_store(settings: Any) -> Any:
     """The feature store the settings name, opened for a capture server."""
     from pathlib import Path
 
-    if settings.store == "local":
-        from specdraft.trainer.disagg.store.base import local_store_root
-        from specdraft.trainer.disagg.store.local import LocalFeatureStore
+    from specdraft.trainer.disagg.store.factory import open_store
 
-        return LocalFeatureStore(local_store_root(Path(settings.run_dir)))
-    from specdraft.config import MooncakeConfig
-    from specdraft.trainer.disagg.store.mooncake import MooncakeFeatureStore
-
-    return MooncakeFeatureStore(
-        MooncakeConfig(**settings.mooncake), timeout_s=settings.store_timeout_s, role="capture"
-    )
+    return open_store(settings.disaggregated(), Path(settings.run_dir), role="capture")

@@ -20,11 +20,11 @@ from .schema import (
     DeploymentConfig,
     DisaggregatedConfig,
     ModelConfig,
-    MooncakeConfig,
     TrackingConfig,
     TrainingConfig,
 )
 from .shape_policy import PadTo, ShapePolicy, check_pad_to, effective_anchor_buckets
+from .stores.mooncake import MooncakeConfig
 
 __version__ = "0.1.0"
 

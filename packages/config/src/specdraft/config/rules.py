@@ -16,6 +16,7 @@ from .buckets import effective_buckets, max_length_appended
 from .families import family_rules, options_tables_ignored
 from .finding import Problem
 from .schema import Config
+from .stores import settings_tables_ignored
 from .target_info import TargetInfo, TargetUnreadable, read_target_info
 from .tracking import tracking_problems
 
@@ -182,16 +183,19 @@ def unused_table_problems(config: Config, document: Mapping[str, Any]) -> list[P
                 at="key",
             )
         )
-    elif "mooncake" in dis and config.deployment.disaggregated.store != "mooncake":
-        problems.append(
-            Problem(
-                "SD403",
-                ("deployment", "disaggregated", "mooncake"),
-                "[deployment.disaggregated.mooncake] is ignored: store = "
-                f"'{config.deployment.disaggregated.store}'; set store = 'mooncake' or drop it",
-                at="key",
-            )
-        )
+    else:
+        store = config.deployment.disaggregated.store
+        for unused in settings_tables_ignored(store):
+            if unused in dis:
+                problems.append(
+                    Problem(
+                        "SD403",
+                        ("deployment", "disaggregated", unused),
+                        f"[deployment.disaggregated.{unused}] is ignored: store = '{store}'; "
+                        f"set store = '{unused}' or drop it",
+                        at="key",
+                    )
+                )
     return problems
 
 

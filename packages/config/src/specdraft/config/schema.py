@@ -34,6 +34,7 @@ from .section import (
 )
 from .section import Section as _Section
 from .section import rule as _rule
+from .stores import STORE_RULES
 
 # flex_attention's block mask works in 128-token blocks; fp8 needs multiples of 16, which 128
 # satisfies. Every static length must be a multiple of this.
@@ -455,37 +456,21 @@ class TrainingConfig(_Section):
 # ---------------------------------------------------------------------------------- deployment
 
 
-class MooncakeConfig(_Section):
-    """`[deployment.disaggregated.mooncake]`: the Mooncake feature store."""
-
-    master_address: str = Field("127.0.0.1:50051", description="host:port of mooncake_master.")
-    metadata_server: str = Field(
-        "P2PHANDSHAKE",
-        description="Transfer-engine metadata server ('P2PHANDSHAKE' or an http:// URL).",
-    )
-    protocol: Literal["tcp", "rdma"] = Field(
-        "tcp", description="Transfer protocol: 'tcp' (CPU builds) or 'rdma'."
-    )
-    local_hostname: str = Field(
-        "127.0.0.1", description="Address this process advertises to the store."
-    )
-    device_name: str = Field("", description="RDMA device names (empty for TCP).")
-    global_segment_size_mb: PositiveInt = Field(
-        512, description="Memory each client contributes to the store, MiB."
-    )
-    local_buffer_size_mb: PositiveInt = Field(128, description="Client-side transfer buffer, MiB.")
-    manage_master: bool = Field(
-        True,
-        description="Start mooncake_master with the run (managed mode) and stop it at the end.",
-    )
-    metrics_port: PositiveInt = Field(
-        9003,
-        description="HTTP metrics port of mooncake_master (on the master's host); the store's "
-        "bytes-resident counter reads master_allocated_bytes from it.",
-    )
+def _store_help() -> str:
+    """`deployment.disaggregated.store`'s description: every registered store and its summary."""
+    clauses = [f"'{rules.name}' ({rules.summary})" for rules in STORE_RULES.values()]
+    listed = ", ".join(clauses[:-1]) + " or " + clauses[-1] if len(clauses) > 1 else clauses[0]
+    return f"Feature store: {listed}."
 
 
-class DisaggregatedConfig(_Section):
+# The registered store names (stores/): `Literal["local", "mooncake", ...]` at run time.
+if TYPE_CHECKING:
+    StoreName = str
+else:
+    StoreName = Literal[tuple(STORE_RULES)]
+
+
+class _DisaggregatedFields(_Section):
     """`[deployment.disaggregated]`: capture servers, feature store, producer, timeouts."""
 
     managed: bool = Field(
@@ -517,14 +502,7 @@ class DisaggregatedConfig(_Section):
         "'aux-capture' forces the later `--aux-hidden-state-capture dflash|dspark "
         "--aux-hidden-state-layer-ids ...`.",
     )
-    store: Literal["local", "mooncake"] = Field(
-        "local",
-        description="Feature store: 'local' (files under the run folder, one machine) or "
-        "'mooncake'.",
-    )
-    mooncake: MooncakeConfig = Field(
-        default_factory=MooncakeConfig, description="Mooncake settings (store = 'mooncake')."
-    )
+    store: StoreName = Field("local", description=_store_help())
     max_inflight_captures: PositiveInt = Field(
         4, description="Prompts leased to capture servers at once (bounded concurrency)."
     )
@@ -562,6 +540,36 @@ class DisaggregatedConfig(_Section):
         0,
         description="Port of the window controller; 0 = any free port. The producer writes its "
         "URL to <output_dir>/disagg/controller.json, where trainer ranks look it up.",
+    )
+
+
+def _store_tables() -> dict[str, Any]:
+    """One `[deployment.disaggregated.<store>]` settings table per registered store with any."""
+    return {
+        rules.name: (
+            rules.settings,
+            Field(
+                default_factory=rules.settings,
+                description=f"{rules.settings.__name__.removesuffix('Config')} settings "
+                f"(used when store = '{rules.name}').",
+            ),
+        )
+        for rules in STORE_RULES.values()
+        if rules.settings is not None
+    }
+
+
+# `[deployment.disaggregated]` = the fields above + the stores' settings tables, in registry
+# order. Code that reads a store's settings asks the store (`StoreRules.settings_of`).
+if TYPE_CHECKING:
+    DisaggregatedConfig = _DisaggregatedFields
+else:
+    DisaggregatedConfig = create_model(
+        "DisaggregatedConfig",
+        __base__=_DisaggregatedFields,
+        __doc__=_DisaggregatedFields.__doc__,
+        __module__=__name__,
+        **_store_tables(),
     )
 
 

@@ -23,7 +23,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...runtime.http_client import HttpFailure, call_json
 from ...runtime.service_process import ServiceError, ServiceProcess, run_to_end
@@ -222,9 +222,17 @@ def plugin_settings(cfg: Config, secret: str) -> PluginSettings:
         dtype="bfloat16",
         store=dis.store,
         run_dir=str(Path(cfg.output_dir).resolve()),
-        mooncake=dis.mooncake.model_dump(),
+        store_settings=store_settings_json(dis),
         store_timeout_s=dis.store_timeout_s,
     )
+
+
+def store_settings_json(dis: Any) -> dict[str, Any]:
+    """The chosen store's settings table as JSON ({} for a store without settings)."""
+    from specdraft.config.stores import STORE_RULES
+
+    settings = STORE_RULES[dis.store].settings_of(dis)
+    return {} if settings is None else settings.model_dump()
 
 
 def plugin_environment(cfg: Config, secret: str) -> dict[str, str]:

@@ -124,8 +124,16 @@ class PluginSettings:
     dtype: str
     store: str
     run_dir: str
-    mooncake: dict[str, Any] = field(default_factory=dict)
+    # The chosen store's `[deployment.disaggregated.<store>]` table ({} for a store without).
+    store_settings: dict[str, Any] = field(default_factory=dict)
     store_timeout_s: float = 30.0
+
+    def disaggregated(self) -> Any:
+        """The store's part of the run's `[deployment.disaggregated]` table, to open it with."""
+        from specdraft.config import DisaggregatedConfig
+
+        tables = {self.store: self.store_settings} if self.store_settings else {}
+        return DisaggregatedConfig(store=self.store, store_timeout_s=self.store_timeout_s, **tables)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -160,8 +168,12 @@ def read_plugin_settings(path: str | Path) -> PluginSettings:
     for name, kind in fields.items():
         if not isinstance(data, dict) or not isinstance(data.get(name), kind):
             raise ValueError(f"{path}: field {name!r} is missing or not a {kind.__name__}")
-    if data["store"] not in ("local", "mooncake"):
-        raise ValueError(f"{path}: field 'store' is {data['store']!r}, not 'local' or 'mooncake'")
+    from specdraft.config.stores import STORE_NAMES
+
+    if data["store"] not in STORE_NAMES:
+        raise ValueError(
+            f"{path}: field 'store' is {data['store']!r}, not one of {', '.join(STORE_NAMES)}"
+        )
     return PluginSettings(
         run_id=data["run_id"],
         secret=data["secret"],
@@ -171,6 +183,6 @@ def read_plugin_settings(path: str | Path) -> PluginSettings:
         dtype=data["dtype"],
         store=data["store"],
         run_dir=data["run_dir"],
-        mooncake=dict(data.get("mooncake") or {}),
+        store_settings=dict(data.get("store_settings") or {}),
         store_timeout_s=float(data.get("store_timeout_s", 30.0)),
     )
