@@ -173,12 +173,3 @@ def _reset(timeout: float) -> None:
         _STATE.watchdog.cancel()
     _STATE.__init__()  # type: ignore[misc]
     _STATE.timeout = timeout
-
-
-def stop_timeout_from_env() -> float | None:
-    """The --stop-timeout a launcher passed its ranks (SPECDRAFT_STOP_TIMEOUT), or None."""
-    value = os.environ.get(STOP_TIMEOUT_ENV)
-    return float(value) if value else None
-
-
-STOP_TIMEOUT_ENV = "SPECDRAFT_STOP_TIMEOUT"
