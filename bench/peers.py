@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[str] = []
     summary: list[str] = []
     for size in sizes:
-        fixture = write_fixture(args.fixtures, size, tuple(FAMILIES))
+        fixture = write_fixture(args.fixtures, size, tuple(families))
         workers = start_workers(fixture, size, families, peers, args.threads)
         try:
             found = check_losses(workers)

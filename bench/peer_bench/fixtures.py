@@ -75,22 +75,29 @@ def fixture_folder(root: Path, size: Size) -> Path:
 
 
 def write_fixture(root: Path, size: Size, families: tuple[str, ...] = FAMILIES) -> Path:
-    """Write (once) the target, the batch and every family's draft of `size` under `root`."""
-    folder = fixture_folder(root, size)
-    stamp = folder / "fixture.json"
-    want = {"version": FIXTURE_VERSION, "size": asdict(size), "families": sorted(families)}
-    if stamp.is_file() and json.loads(stamp.read_text()) == want:
-        return folder
+    """Write (once) the target, the batch and the families' drafts of `size` under `root`.
+
+    A folder of the same size and version is kept; families it lacks are added beside the
+    others (the same target and batch).
+    """
     from transformers.utils import logging
 
     logging.disable_progress_bar()
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / "target"
-    head_weight = write_target(target, size)
-    save_file(make_batch(size, head_weight), str(folder / "batch.safetensors"))
-    for family in families:
-        write_drafts(folder / family, family, size, target)
-    stamp.write_text(json.dumps(want, indent=2) + "\n")
+    folder = fixture_folder(root, size)
+    stamp = folder / "fixture.json"
+    want = {"version": FIXTURE_VERSION, "size": asdict(size), "families": []}
+    have = json.loads(stamp.read_text()) if stamp.is_file() else {}
+    if {**have, "families": []} != want:
+        folder.mkdir(parents=True, exist_ok=True)
+        head_weight = write_target(folder / "target", size)
+        save_file(make_batch(size, head_weight), str(folder / "batch.safetensors"))
+        have = want
+    missing = [family for family in families if family not in have["families"]]
+    for family in missing:
+        write_drafts(folder / family, family, size, folder / "target")
+    if missing or have is want:
+        want["families"] = sorted({*have["families"], *families})
+        stamp.write_text(json.dumps(want, indent=2) + "\n")
     return folder
 
 
