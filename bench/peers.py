@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of every side")
     parser.add_argument("--fixtures", type=Path, default=ROOT / "build/bench/peers")
     parser.add_argument("--out", type=Path, default=ROOT / "build/bench/peers.md")
+    parser.add_argument(
+        "--profile", action="store_true", help="one profiled step per worker after the timing"
+    )
     parser.add_argument("--check-only", action="store_true", help="loss agreement, no timing")
     parser.add_argument(
         "--no-build",
@@ -227,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"{size.length} tokens, {size.anchors} anchors, block 16): load average (1 min) "
                 f"{before:.2f} before, {after:.2f} after {time.perf_counter() - started:.0f} s"
             )
+            if args.profile:
+                for worker in workers:
+                    path = fixture / "profiles" / f"{worker.side}-{worker.family}.txt"
+                    path.parent.mkdir(exist_ok=True)
+                    worker.command(f"profile {path}")
+                lines.append(f"{size.name} profiles: {fixture / 'profiles'}")
             size_rows, size_summary = size_table(size, fixture, families, times, peak)
             rows += size_rows
             summary += size_summary

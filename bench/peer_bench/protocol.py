@@ -5,6 +5,8 @@ one JSON line per command read from stdin:
 
     check  -> {"loss": float, ...}  one forward (with grad, as in training), no backward
     step   -> {"ms": float, "loss": float}  forward + backward of one step, timed
+    profile PATH -> {"ms": float, "path": PATH}  one step under torch.profiler; the operators
+           by self CPU time written to PATH
     quit   -> exits
 
 Only the standard library, torch and safetensors are imported here: the peers' venvs run it.
@@ -36,6 +38,17 @@ def as_floats(out: dict) -> dict:
     return {key: float(value.detach()) for key, value in out.items()}
 
 
+def step(params: list[torch.nn.Parameter], forward: Forward) -> dict:
+    """One timed forward + backward, gradients dropped before it."""
+    for param in params:
+        param.grad = None
+    start = time.perf_counter()
+    loss = forward()["loss"]
+    loss.backward()
+    elapsed = time.perf_counter() - start
+    return {"ms": elapsed * 1e3, "loss": float(loss.detach())}
+
+
 def serve(model: torch.nn.Module, forward: Forward, threads: int, side: str) -> None:
     """Answer the benchmark's commands until `quit` or end of input."""
     torch.set_num_threads(threads)
@@ -48,12 +61,16 @@ def serve(model: torch.nn.Module, forward: Forward, threads: int, side: str) -> 
         if command == "check":
             emit(as_floats(forward()))
         elif command == "step":
-            for param in params:
-                param.grad = None
-            start = time.perf_counter()
-            loss = forward()["loss"]
-            loss.backward()
-            elapsed = time.perf_counter() - start
-            emit({"ms": elapsed * 1e3, "loss": float(loss.detach())})
+            emit(step(params, forward))
+        elif command.startswith("profile "):
+            from torch.profiler import profile
+
+            path = command.split(" ", 1)[1]
+            with profile() as prof:
+                record = step(params, forward)
+            table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+            with open(path, "w") as out:
+                out.write(f"{side}: one step, {record['ms']:.1f} ms\n{table}\n")
+            emit({**record, "path": path})
         else:
             emit({"error": f"unknown command {command!r}"})

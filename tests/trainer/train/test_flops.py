@@ -48,9 +48,9 @@ def test_the_formula_counts_what_torch_counts(
     draft = build_draft(cfg, load_target_config(cfg.target), dtype=torch.float32)
     head = load_target_head(cfg.target, torch.float32)
     batch = make_draft_batch(random_samples([30, 24, 18], seed=3), 32)
-    # 6 anchors in chunks of 4 blocks: two checkpointed chunks, one of them partial.
+    # 6 anchors in chunks of 4 blocks: the first chunk checkpointed, the last (partial) not.
     spec = DraftTrainSpec(num_anchors=6, loss_decay_gamma=4.0, logits_chunk_blocks=4)
-    flops = micro_batch_flops(draft.config, 3, 32, 6)
+    flops = micro_batch_flops(draft.config, 3, 32, 6, chunk_blocks=4)
     assert flops.model + flops.recomputed == counted_step(draft, head, batch, spec)
 
 

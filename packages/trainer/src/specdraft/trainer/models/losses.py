@@ -99,16 +99,20 @@ def chunked_sums(
 ) -> tuple[Tensor, ...]:
     """Sum `fn(*chunk)` over chunks of `chunk_blocks` blocks (dim 1 of every tensor).
 
-    With grad enabled each chunk runs under activation checkpointing, so its full-vocabulary
-    logits are freed after the forward and recomputed in the backward: peak logits memory is
-    one chunk, never all blocks. The chunk count depends on static shapes only.
+    With grad enabled every chunk but the last runs under activation checkpointing, so its
+    full-vocabulary logits are freed after the forward and recomputed in the backward: peak
+    logits memory is one chunk, never all blocks. The last chunk keeps what its backward needs
+    instead: the backward starts with it, so holding its tensors from the forward costs the
+    peak a recompute there would reach anyway (one chunk), and saves that recompute (all of it
+    when the blocks fit one chunk). The chunk count depends on static shapes only.
     """
     num_blocks = per_block[0].shape[1]
+    last = (num_blocks - 1) // chunk_blocks * chunk_blocks
     totals: tuple[Tensor, ...] | None = None
     for start in range(0, num_blocks, chunk_blocks):
         chunk = tuple(t[:, start : start + chunk_blocks] for t in per_block)
-        grad = torch.is_grad_enabled()
-        out = checkpoint(fn, *chunk, use_reentrant=False) if grad else fn(*chunk)
+        recompute = torch.is_grad_enabled() and start != last
+        out = checkpoint(fn, *chunk, use_reentrant=False) if recompute else fn(*chunk)
         totals = out if totals is None else tuple(a + b for a, b in zip(totals, out, strict=True))
     assert totals is not None
     return totals

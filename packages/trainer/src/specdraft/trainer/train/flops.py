@@ -96,18 +96,33 @@ class StepFlops:
         return StepFlops(parts)
 
 
-def _objective_parts(family: DraftFamily, config: DFlashDraftConfig, rows: int) -> dict[str, Part]:
-    """The head and the family's heads over `rows` slots (all inside the checkpointed chunks)."""
-    parts = {"head": Part(2 * rows * config.hidden_size * config.vocab_size, ONE_GRAD)}
-    for name, (forward, multiplier) in family.head_flops(config, rows).items():
-        parts[name] = Part(forward, multiplier)
-    # Activation checkpointing runs each chunk's whole forward again in the backward (the
-    # target head's no_grad logits included).
-    return {name: Part(p.forward, p.multiplier, p.forward) for name, p in parts.items()}
+def _objective_parts(
+    family: DraftFamily, config: DFlashDraftConfig, rows: int, recomputed_rows: int
+) -> dict[str, Part]:
+    """The head and the family's heads over `rows` slots, `recomputed_rows` of them checkpointed."""
+
+    def forwards(count: int) -> dict[str, tuple[int, int]]:
+        out = {"head": (2 * count * config.hidden_size * config.vocab_size, ONE_GRAD)}
+        out.update(family.head_flops(config, count))
+        return out
+
+    # Activation checkpointing runs a chunk's whole forward again in the backward (the target
+    # head's no_grad logits included); the last chunk is not checkpointed (losses.chunked_sums).
+    again = forwards(recomputed_rows)
+    return {
+        name: Part(forward, multiplier, again[name][0])
+        for name, (forward, multiplier) in forwards(rows).items()
+    }
 
 
-def micro_batch_flops(config: DFlashDraftConfig, rows: int, length: int, anchors: int) -> StepFlops:
-    """FLOPs of one training forward+backward: `rows` x `length` tokens, `anchors` blocks a row."""
+def micro_batch_flops(
+    config: DFlashDraftConfig, rows: int, length: int, anchors: int, chunk_blocks: int = 64
+) -> StepFlops:
+    """FLOPs of one training forward+backward: `rows` x `length` tokens, `anchors` blocks a row.
+
+    `chunk_blocks` (training.logits_chunk_blocks) only sets `recomputed`: the blocks before the
+    last chunk run their objective's forward twice.
+    """
     hidden, inter = config.hidden_size, config.intermediate_size
     heads, kv_heads, head_dim = (
         config.num_attention_heads,
@@ -132,7 +147,10 @@ def micro_batch_flops(config: DFlashDraftConfig, rows: int, length: int, anchors
     for name, (forward, multiplier) in family.layer_flops(config, tokens).items():
         parts[name] = Part(layers * forward, multiplier)
     slots = family.supervised_slots(block)
-    parts.update(_objective_parts(family, config, rows * anchors * slots))
+    checkpointed = (anchors - 1) // chunk_blocks * chunk_blocks
+    parts.update(
+        _objective_parts(family, config, rows * anchors * slots, rows * checkpointed * slots)
+    )
     return StepFlops(parts)
 
 
@@ -209,7 +227,11 @@ def plan_line(draft_config: DFlashDraftConfig, config: Any) -> str:
     """
     training = config.training
     micro = micro_batch_flops(
-        draft_config, training.micro_batch_size, config.data.max_length, training.num_anchors
+        draft_config,
+        training.micro_batch_size,
+        config.data.max_length,
+        training.num_anchors,
+        training.logits_chunk_blocks,
     )
     step = micro.model * training.grad_accum_steps
     device = "cuda" if torch.cuda.is_available() else "cpu"

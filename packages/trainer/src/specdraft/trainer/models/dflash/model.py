@@ -86,9 +86,11 @@ def offset_ce(hidden_c: Tensor, labels_c: Tensor, weights_c: Tensor, head: Targe
     labels, weights = labels_c.reshape(-1), weights_c.reshape(-1)
     logits = upcast(head.logits(predicted))
     token_ce = F.cross_entropy(logits, labels, reduction="none")
+    # The loss before the metrics: a checkpointed chunk's recompute stops after the last op
+    # whose tensors the backward needs, so the argmax below is not run a second time.
+    weighted = (token_ce * weights).sum()
     supervised = weights > 0
     correct = ((logits.argmax(-1) == labels) & supervised).view(grid)
-    weighted = (token_ce * weights).sum()
     sums = (
         weighted,
         weighted.detach(),

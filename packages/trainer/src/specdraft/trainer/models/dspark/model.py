@@ -133,13 +133,16 @@ class Qwen3DSparkModel(DraftModel):
                 logit = upcast(confidence(hidden_c, markov.embed(previous_c))).reshape(-1)
                 bce = F.binary_cross_entropy_with_logits(logit, accept, reduction="none")
                 per_token = per_token + config.confidence_weight * bce
+            # The loss before the metrics: a checkpointed chunk's recompute stops after the last
+            # op whose tensors the backward needs, so the argmax below is not run a second time.
+            loss_sum = (per_token * weights_f).sum()
             correct = ((logits.argmax(-1) == labels_f) & supervised).view(labels_c.shape)
 
             def masked(values: Tensor) -> Tensor:
                 return (values.detach() * supervised).sum()
 
             sums = (
-                (per_token * weights_f).sum(),
+                loss_sum,
                 masked(token_ce),
                 # A head that is off contributes an exact zero, as its weight would.
                 masked(bce) if bce is not None else logits.new_zeros(()),
