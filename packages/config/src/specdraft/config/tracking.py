@@ -45,7 +45,7 @@ def missing_backends(config: Config) -> list[str]:
 def missing_backend_message(config: Config, name: str) -> str:
     """One line: which key selects the backend, what is missing, the command that fixes it."""
     path = selected_key(config, name)
-    key = ".".join(path)
+    key = ".".join(str(part) for part in path)
     undo = f"drop {name!r} from {key}" if path[-1] == "backends" else f"set {key} = false"
     return (
         f"{key} selects {name!r}, but the {name} package is not installed here: "
