@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from specdraft.config import ModelConfig, validate_config
 from specdraft.config.codes import code_for
-from specdraft.config.families import FAMILY_NAMES, FAMILY_RULES, _load_rules
+from specdraft.config.families import FAMILY_NAMES, FAMILY_RULES, FamilyRules
+from specdraft.config.registry import load_registered
 from specdraft.config.schema import RULE_TYPES
 
 
@@ -67,4 +68,4 @@ def test_the_chosen_familys_rules_run_and_the_others_do_not():
 
 def test_a_registry_name_whose_module_has_no_rules_of_that_name_is_refused():
     with pytest.raises(TypeError, match=r"families\.base\.RULES must be the FamilyRules named"):
-        _load_rules("base")
+        load_registered("specdraft.config.families", ["base"], FamilyRules)

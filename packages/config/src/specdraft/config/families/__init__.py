@@ -15,8 +15,7 @@ install still validates every family's options.
 
 from __future__ import annotations
 
-import importlib
-
+from ..registry import load_registered
 from .base import FamilyRules
 
 # The registered families, in the order docs and messages list them: one name per family, each
@@ -24,15 +23,7 @@ from .base import FamilyRules
 FAMILY_NAMES = ("dflash", "dflash2", "dspark")
 
 
-def _load_rules(name: str) -> FamilyRules:
-    """`families/<name>.py`'s RULES, checked to be the family of that name."""
-    rules = getattr(importlib.import_module(f"{__name__}.{name}"), "RULES", None)
-    if not isinstance(rules, FamilyRules) or rules.name != name:
-        raise TypeError(f"{__name__}.{name}.RULES must be the FamilyRules named {name!r}")
-    return rules
-
-
-FAMILY_RULES: dict[str, FamilyRules] = {name: _load_rules(name) for name in FAMILY_NAMES}
+FAMILY_RULES: dict[str, FamilyRules] = load_registered(__name__, FAMILY_NAMES, FamilyRules)
 
 
 def family_rules(algorithm: str) -> FamilyRules:

@@ -13,8 +13,7 @@ trainer's module + the line below.
 
 from __future__ import annotations
 
-import importlib
-
+from ..registry import load_registered
 from .base import StoreRules
 
 # The registered stores, in the order docs and messages list them: one name per store, each a
@@ -22,15 +21,7 @@ from .base import StoreRules
 STORE_NAMES = ("local", "mooncake")
 
 
-def _load_rules(name: str) -> StoreRules:
-    """`stores/<name>.py`'s RULES, checked to be the store of that name."""
-    rules = getattr(importlib.import_module(f"{__name__}.{name}"), "RULES", None)
-    if not isinstance(rules, StoreRules) or rules.name != name:
-        raise TypeError(f"{__name__}.{name}.RULES must be the StoreRules named {name!r}")
-    return rules
-
-
-STORE_RULES: dict[str, StoreRules] = {name: _load_rules(name) for name in STORE_NAMES}
+STORE_RULES: dict[str, StoreRules] = load_registered(__name__, STORE_NAMES, StoreRules)
 
 
 def settings_tables_ignored(store: str) -> list[str]:
