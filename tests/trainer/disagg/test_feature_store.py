@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -200,6 +202,31 @@ def test_a_failed_write_leaves_nothing_resident(tmp_path):
     with pytest.raises(StoreError, match="disk full"):
         tensors_to_store(store, request, capture_spec([0, 1], 8, algorithm="dflash2"), tensors)
     assert store.bytes_resident() == 0
+
+
+def test_removing_a_key_sweeps_what_a_killed_writer_left_but_not_a_live_write(tmp_path):
+    """A capture server killed between its temporary file and the rename must not leak that
+    file (nor keep its folder from being pruned); a write still in flight is left alone."""
+    store = LocalFeatureStore(tmp_path)
+    store.put("run/2/1/loss_mask", b"x")
+    path = store.root / "run" / "2" / "1" / "loss_mask"
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    leftover = path.with_name(f".loss_mask.{int(dead.stdout)}.0123abcd.tmp")
+    in_flight = path.with_name(f".loss_mask.{os.getpid()}.4567cdef.tmp")
+    other_key = path.with_name(f".input_ids.{int(dead.stdout)}.89abcdef.tmp")
+    for temp in (leftover, in_flight, other_key):
+        temp.write_bytes(b"partial")
+    store.remove("run/2/1/loss_mask")
+    assert not path.exists() and not leftover.exists()
+    assert in_flight.exists() and other_key.exists()
+    in_flight.unlink()
+    store.remove("run/2/1/input_ids")
+    assert not (store.root / "run" / "2").exists(), "the emptied folders are pruned"
 
 
 def test_a_damaged_object_is_reported_not_misread(tmp_path):

@@ -82,6 +82,7 @@ class LocalFeatureStore:
         del force  # accepted for protocol parity with Mooncake, where it skips lease checks
         path = self._path(key)
         path.unlink(missing_ok=True)
+        _remove_dead_writers_leftovers(path)
         # Prune the now-empty attempt and sample folders so a long run does not leave millions
         # of empty directories behind; a folder a writer still uses is simply not empty.
         for folder in (path.parent, path.parent.parent):
@@ -118,6 +119,40 @@ class LocalFeatureStore:
 
     def close(self) -> None:
         """Nothing to release: the objects stay on disk for the other processes."""
+
+
+def _remove_dead_writers_leftovers(path: Path) -> None:
+    """Delete the temporary files of `path` whose writer has died (killed before its rename).
+
+    Without this a capture server killed mid-write leaves a hidden `.tmp` beside the key for the
+    rest of the run, and its folder can never be pruned. A live writer's file is left alone: its
+    rename must still land (or fail by itself).
+    """
+    prefix = f".{path.name}."
+    try:
+        names = os.listdir(path.parent)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.startswith(prefix) and is_temp_name(name) and not _alive(_writer_pid(name)):
+            with contextlib.suppress(FileNotFoundError):
+                (path.parent / name).unlink()
+
+
+def _writer_pid(temp: str) -> int:
+    """The pid `atomic.temp_name` put in a temporary file's name (`.<name>.<pid>.<tag>.tmp`)."""
+    return int(temp.rsplit(".", 3)[1])
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process of this machine has that pid (the local store is one machine's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _make_folders(root: Path, folder: Path) -> None:
