@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# SPECDRAFT_SGLANG_VENV: another folder (tox's sglang env builds its own, on its own packages,
-# so that it never replaces the one `make test` builds on top of .venv).
+# SPECDRAFT_SGLANG_VENV: another folder (a venv built on other packages than .venv's, so that it
+# never replaces the one `make test` builds on top of .venv).
 VENV = Path(os.environ.get("SPECDRAFT_SGLANG_VENV") or ROOT / "build" / "sglang-venv")
 
 

@@ -22,7 +22,7 @@ from specdraft.trainer.disagg.wire import CaptureRequest, capture_spec
 from specdraft.trainer.disagg.wire.sglang import PLUGIN_TENSORS, PluginSettings
 from specdraft.trainer.disagg.wire.sglang import write_plugin_settings as write_settings
 
-# Every test here runs SGLang's own code in its venv (tox's sglang env runs them).
+# Every test here runs SGLang's own code in its venv (build/sglang-venv, built by `make test`).
 pytestmark = pytest.mark.sglang
 
 CHECK = ROOT / "tests" / "support" / "sglang_plugin_check.py"

@@ -26,7 +26,7 @@ from specdraft.trainer.disagg.capture.sglang_launcher import (
     sglang_command,
 )
 
-# Every test here runs SGLang's own code in its venv (tox's sglang env runs them).
+# Every test here runs SGLang's own code in its venv (build/sglang-venv, built by `make test`).
 pytestmark = pytest.mark.sglang
 
 ROOT = Path(__file__).resolve().parents[3]
