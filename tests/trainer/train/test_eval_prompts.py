@@ -46,3 +46,23 @@ def test_an_eval_set_without_prompts_is_refused(tiny_target_path, tmp_path):
 
 def test_rows_without_a_prompt_are_left_out(tiny_target_path, tmp_path):
     assert len(records(tiny_target_path, tmp_path, with_prompt=2, without=3)) == 2
+
+
+def test_held_out_records_are_made_once_per_run_and_target(tiny_target_path, tmp_path, monkeypatch):
+    """`train` and `eval` of one run reuse the saved records instead of running the target again;
+    a changed eval set makes new ones."""
+    from specdraft.trainer.train import eval_run
+
+    made = []
+    generate = eval_run.generate_records
+    monkeypatch.setattr(eval_run, "generate_records", lambda *a: made.append(1) or generate(*a))
+    data = {"eval_paths": [str(eval_file(tmp_path / "eval.jsonl", with_prompt=2, without=0))]}
+    config = validate_config(tiny_run(tiny_target_path, tmp_path / "run", data=data))
+    with single_thread():
+        first, path = eval_run.cached_eval_records(config)
+        again, same_path = eval_run.cached_eval_records(config)
+        assert len(made) == 1 and same_path == path and path.is_file()
+        assert [r.input_ids.tolist() for r in again] == [r.input_ids.tolist() for r in first]
+        eval_file(tmp_path / "eval.jsonl", with_prompt=3, without=0)
+        third, other = eval_run.cached_eval_records(config)
+    assert len(made) == 2 and other != path and len(third) == 3

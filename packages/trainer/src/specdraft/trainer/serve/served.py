@@ -62,7 +62,7 @@ def served_acceptance(
     """vLLM's acceptance of the checkpoint's draft next to specdraft's estimate (see module);
     `on_start(vllm_version)` is called once vLLM is found, before the long part."""
     from ..models import family_of_architecture
-    from ..train.eval_run import evaluate_checkpoint, make_eval_records
+    from ..train.eval_run import cached_eval_records, evaluate_checkpoint
     from ..train.export import checkpoint_dtype, export_checkpoint
 
     version = check_vllm_python(python)
@@ -71,7 +71,7 @@ def served_acceptance(
     architecture = json.loads((Path(checkpoint) / "config.json").read_text())["architectures"][0]
     family = family_of_architecture(architecture).name
     dtype = checkpoint_dtype(checkpoint)
-    records, _ = make_eval_records(config)
+    records, _ = cached_eval_records(config)
     prompts = [r.input_ids[: r.prompt_len].tolist() for r in records]
     with tempfile.TemporaryDirectory(prefix="specdraft-served-") as tmp:
         draft = Path(tmp) / "draft"

@@ -49,6 +49,7 @@ def records_path(config: Config, data_fingerprint: str) -> Path:
         {
             "data": data_fingerprint,
             "target": config.model.target,
+            "target_files": target_identity(config.model.target),
             "layers": list(config.model.target_layer_ids),
             "new_tokens": eval_new_tokens(config),
             "max_length": config.data.max_length,
@@ -58,6 +59,17 @@ def records_path(config: Config, data_fingerprint: str) -> Path:
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return Path(config.output_dir) / "eval" / f"records-{digest}.safetensors"
+
+
+def target_identity(target: str) -> list[list[Any]]:
+    """Name, size and mtime of the target folder's config and weights: a rebuilt target at the
+    same path makes new records, an unchanged one reuses them."""
+    folder = Path(target)
+    files = [*sorted(folder.glob("*.safetensors")), folder / "config.json"]
+    return [
+        [f.name, f.stat().st_size, f.stat().st_mtime_ns] if f.is_file() else [f.name, None]
+        for f in files
+    ]
 
 
 class NoEvalPrompts(ValueError):
@@ -85,27 +97,15 @@ def assistant_header_length(config: Config) -> int:
     return max(0, len(with_header) - len(without))
 
 
-def make_eval_records(
-    config: Config, *, extractor: TargetFeatureExtractor | None = None, progress: bool = False
-) -> tuple[list[EvalRecord], str]:
-    """The target's greedy continuations of the held-out prompts with features, and the data
-    fingerprint of the eval set."""
+def eval_prompts(config: Config, *, progress: bool = False) -> tuple[list[torch.Tensor], str]:
+    """The held-out prompts (token ids) and the data fingerprint of the eval set; no target."""
     from ..data import build_dataset
-    from ..models import TargetFeatureExtractor, target_dtype
 
     if config.data.format != "sharegpt":
         # data.eval_paths are always conversations, whatever data.format says of train_paths.
         data = config.data.model_copy(update={"format": "sharegpt"})
         config = config.model_copy(update={"data": data})
     dataset, report = build_dataset(config, split="eval", progress=progress)
-    if extractor is None:
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        extractor = TargetFeatureExtractor(
-            config.model.target,
-            list(config.model.target_layer_ids),
-            device=device,
-            dtype=target_dtype(device),
-        )
     prompts = []
     # A prompt of the assistant header alone (a row that opens with the assistant) asks the
     # target nothing: such rows are left out, and an eval set of only those is refused.
@@ -122,6 +122,32 @@ def make_eval_records(
             f"data.eval_paths: none of the {len(dataset)} usable rows has a prompt (a user or "
             "system turn before the first assistant turn), so there is nothing to evaluate. "
             "Fix: give the eval rows a user turn before the assistant's, or drop data.eval_paths"
+        )
+    return prompts, report.fingerprint
+
+
+def make_eval_records(
+    config: Config, *, extractor: TargetFeatureExtractor | None = None, progress: bool = False
+) -> tuple[list[EvalRecord], str]:
+    """The target's greedy continuations of the held-out prompts with features, and the data
+    fingerprint of the eval set."""
+    prompts, fingerprint = eval_prompts(config, progress=progress)
+    return generate_records(config, prompts, extractor), fingerprint
+
+
+def generate_records(
+    config: Config, prompts: list[torch.Tensor], extractor: TargetFeatureExtractor | None
+) -> list[EvalRecord]:
+    """Run the target on the prompts: greedy continuations and their features."""
+    from ..models import TargetFeatureExtractor, target_dtype
+
+    if extractor is None:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        extractor = TargetFeatureExtractor(
+            config.model.target,
+            list(config.model.target_layer_ids),
+            device=device,
+            dtype=target_dtype(device),
         )
     target = extractor.model
     generation = getattr(target, "generation_config", None)
@@ -145,7 +171,22 @@ def make_eval_records(
             len(records),
             config.data.max_length,
         )
-    return records, report.fingerprint
+    return records
+
+
+def cached_eval_records(
+    config: Config, *, extractor: TargetFeatureExtractor | None = None
+) -> tuple[list[EvalRecord], Path]:
+    """The held-out records from the run folder's cache, made (and saved) only when missing:
+    `train` and `eval` of the same run and target then generate them once, not every time."""
+    prompts, fingerprint = eval_prompts(config)
+    path = records_path(config, fingerprint)
+    if path.is_file():
+        log.info("evaluation: held-out records reused from %s", path)
+        return load_eval_records(path), path
+    records = generate_records(config, prompts, extractor)
+    save_eval_records(records, path)
+    return records, path
 
 
 def load_or_make_records(
@@ -154,10 +195,7 @@ def load_or_make_records(
     """Rank 0 makes (or finds) the records; every rank then reads the same file."""
     marker = Path(config.output_dir) / "eval" / "latest.json"
     if ctx.is_main:
-        records, fingerprint = make_eval_records(config, extractor=extractor)
-        path = records_path(config, fingerprint)
-        if not path.is_file():
-            save_eval_records(records, path)
+        _, path = cached_eval_records(config, extractor=extractor)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(json.dumps({"path": str(path)}))
     if dist.is_initialized():
@@ -259,7 +297,7 @@ def evaluate_checkpoint(
     model = model.to(device).eval()
     head = load_target_head(config.model.target, dtype=torch.float32).to(device)
     if records is None:
-        records, _ = make_eval_records(config)
+        records, _ = cached_eval_records(config)
     spec = DraftTrainSpec.from_config(config, device)
     with torch.no_grad():
         return evaluate_acceptance(
