@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -78,6 +80,27 @@ def draft_model_config(tiny_qwen3_target):
     return make
 
 
+def feature_batch(extractor, samples, pad_to: int, dtype: torch.dtype = torch.float32) -> dict:
+    """Collate samples [(input_ids [L], loss_mask [L], sample_id)] with the extractor's target
+    features, each computed at the sample's own length, zero-padded to `pad_to`."""
+    rows = {"input_ids": [], "loss_mask": [], "hidden_states": [], "last": []}
+    for input_ids, loss_mask, _ in samples:
+        length = input_ids.shape[0]
+        features, last = extractor(input_ids[None], torch.ones(1, length, dtype=torch.long))
+        pad = pad_to - length
+        rows["input_ids"].append(torch.nn.functional.pad(input_ids, (0, pad)))
+        rows["loss_mask"].append(torch.nn.functional.pad(loss_mask, (0, pad)))
+        rows["hidden_states"].append(torch.nn.functional.pad(features[0], (0, 0, 0, pad)))
+        rows["last"].append(torch.nn.functional.pad(last[0], (0, 0, 0, pad)))
+    return {
+        "input_ids": torch.stack(rows["input_ids"]),
+        "loss_mask": torch.stack(rows["loss_mask"]),
+        "hidden_states": torch.stack(rows["hidden_states"]).to(dtype),
+        "target_last_hidden_states": torch.stack(rows["last"]).to(dtype),
+        "sample_id": torch.tensor([sid for _, _, sid in samples], dtype=torch.long),
+    }
+
+
 @pytest.fixture
 def make_draft_batch(tiny_qwen3_target):
     """Factory: collate samples [(input_ids [L], loss_mask [L], sample_id)] padded to `pad_to`."""
@@ -86,22 +109,7 @@ def make_draft_batch(tiny_qwen3_target):
     extractor = TargetFeatureExtractor(tiny_qwen3_target.model, list(tiny_qwen3_target.layer_ids))
 
     def make(samples, pad_to: int, dtype: torch.dtype = torch.float32) -> dict:
-        rows = {"input_ids": [], "loss_mask": [], "hidden_states": [], "last": []}
-        for input_ids, loss_mask, _ in samples:
-            length = input_ids.shape[0]
-            features, last = extractor(input_ids[None], torch.ones(1, length, dtype=torch.long))
-            pad = pad_to - length
-            rows["input_ids"].append(torch.nn.functional.pad(input_ids, (0, pad)))
-            rows["loss_mask"].append(torch.nn.functional.pad(loss_mask, (0, pad)))
-            rows["hidden_states"].append(torch.nn.functional.pad(features[0], (0, 0, 0, pad)))
-            rows["last"].append(torch.nn.functional.pad(last[0], (0, 0, 0, pad)))
-        return {
-            "input_ids": torch.stack(rows["input_ids"]),
-            "loss_mask": torch.stack(rows["loss_mask"]),
-            "hidden_states": torch.stack(rows["hidden_states"]).to(dtype),
-            "target_last_hidden_states": torch.stack(rows["last"]).to(dtype),
-            "sample_id": torch.tensor([sid for _, _, sid in samples], dtype=torch.long),
-        }
+        return feature_batch(extractor, samples, pad_to, dtype)
 
     return make
 
@@ -169,5 +177,81 @@ def data_config(tiny_tokenizer_path, tmp_path):
                 "data": data,
             }
         )
+
+    return make
+
+
+# --------------------------------------------------------------------------- Llama targets
+# A random tiny Llama with tied embeddings (its safetensors hold model.embed_tokens.weight and no
+# lm_head), SmolLM2's RoPE theta 1e5 and eps 1e-5 (Qwen3's defaults are 1e6 and 1e-6) and its
+# special ids (bos 1, eos = pad 2); and the same with SmolLM2's vocabulary and real tokenizer
+# files, copied from build/smollm2-target, for the data path.
+
+SMOLLM2_TARGET = Path(__file__).resolve().parents[2] / "build" / "smollm2-target"
+SMOLLM2_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+
+
+def save_tiny_llama(folder: Path, vocab_size: int, *, num_layers: int = 5, seed: int = 7):
+    """Save a random tied LlamaForCausalLM (hidden 32, GQA 4/2) and its generation config."""
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=1024,
+        rope_parameters={"rope_theta": 100000.0, "rope_type": "default"},
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
+    model = LlamaForCausalLM(config).eval()
+    model.save_pretrained(folder)
+    GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2).save_pretrained(folder)
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_target(tmp_path_factory) -> TinyTarget:
+    """A random 5-layer tied Llama target (vocab 96); mask id 0, taps [1, 2] (the DFlash spread)."""
+    from specdraft.config.target_info import suggest_target_layer_ids
+
+    folder = tmp_path_factory.mktemp("tiny-llama-target")
+    model = save_tiny_llama(folder, 96)
+    return TinyTarget(str(folder), model, 96, 0, tuple(suggest_target_layer_ids(5, 2)))
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer_target(tmp_path_factory) -> Path:
+    """A tiny tied Llama with SmolLM2's vocabulary, special ids and real tokenizer files (chat
+    template with its default system turn); skipped where build/smollm2-target is not built."""
+    missing = [name for name in SMOLLM2_TOKENIZER_FILES if not (SMOLLM2_TARGET / name).is_file()]
+    if missing:
+        pytest.skip(
+            f"{SMOLLM2_TARGET} lacks {', '.join(missing)}: specdraft assets smollm2 builds it"
+        )
+    folder = tmp_path_factory.mktemp("smollm2-tokenizer-target")
+    save_tiny_llama(folder, 49152, num_layers=2)
+    for name in SMOLLM2_TOKENIZER_FILES:
+        shutil.copyfile(SMOLLM2_TARGET / name, folder / name)
+    return folder
+
+
+@pytest.fixture
+def make_llama_batch(tiny_llama_target):
+    """Factory: collate samples with the tiny Llama's features, padded to `pad_to`."""
+    from specdraft.trainer.models import TargetFeatureExtractor
+
+    extractor = TargetFeatureExtractor(tiny_llama_target.model, list(tiny_llama_target.layer_ids))
+
+    def make(samples, pad_to: int) -> dict:
+        return feature_batch(extractor, samples, pad_to)
 
     return make

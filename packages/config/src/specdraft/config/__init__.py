@@ -25,6 +25,7 @@ from .schema import (
 )
 from .shape_policy import PadTo, ShapePolicy, check_pad_to, effective_anchor_buckets
 from .stores.mooncake import MooncakeConfig
+from .target_info import suggest_target_layer_ids
 
 __version__ = "0.1.0"
 
@@ -53,5 +54,6 @@ __all__ = [
     "load_config",
     "max_length_appended",
     "read_toml",
+    "suggest_target_layer_ids",
     "validate_config",
 ]

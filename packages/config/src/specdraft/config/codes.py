@@ -140,8 +140,11 @@ CODES: tuple[Code, ...] = (
     Code("SD316", "fp8-needs-cuda", "note", "fp8_linear runs only on CUDA GPUs."),
     Code("SD317", "conv-group-not-divisor", "error",
          "model.dflash2.conv_group_size does not divide the target's hidden size."),
+    Code("SD318", "mask-is-bos", "warning", "mask_token_id equals the target's bos token id."),
     Code("SD319", "unused-algorithm-table", "warning",
          "Options of the algorithm that is not selected are ignored."),
+    Code("SD320", "layer-ids-shallow", "note",
+         "Every target layer id is in the first half of a deep target (8 layers or more)."),
     # ---- deployment
     Code("SD401", "features-with-disaggregated", "error",
          "Offline feature shards cannot feed the disaggregated mode.",

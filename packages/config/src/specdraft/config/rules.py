@@ -17,7 +17,12 @@ from .families import family_rules, options_tables_ignored
 from .finding import Problem
 from .schema import Config
 from .stores import settings_tables_ignored
-from .target_info import TargetInfo, TargetUnreadable, read_target_info
+from .target_info import (
+    TargetInfo,
+    TargetUnreadable,
+    read_target_info,
+    suggest_target_layer_ids,
+)
 from .tracking import tracking_problems
 
 _BUCKETS = ("training", "static_shape_buckets")
@@ -220,57 +225,121 @@ def load_target(config: Config, target: str | None) -> tuple[TargetInfo | None, 
 
 def target_problems(config: Config, info: TargetInfo) -> list[Problem]:
     """Layer ids and mask token id against the target's own config, then the family's checks."""
-    model, problems = config.model, []
-    where = f"the target ({info.folder})"
-    if info.num_layers is not None:
-        last = info.num_layers - 1
-        for i, layer in enumerate(model.target_layer_ids):
-            path = ("model", "target_layer_ids", i)
-            if layer > last:
-                problems.append(
-                    Problem(
-                        "SD310",
-                        path,
-                        f"target layer id {layer} is out of range: {where} has {info.num_layers} "
-                        f"decoder layers, ids 0..{last}",
-                    )
+    problems = layer_id_problems(config, info) + mask_token_problems(config, info)
+    return problems + family_rules(config.model.algorithm).target_checks(config, info)
+
+
+# Below this depth (the tiny test targets) the first-half note says nothing useful.
+_DEEP_TARGET = 8
+
+
+def layer_id_problems(config: Config, info: TargetInfo) -> list[Problem]:
+    """Layer ids out of range or on the last layer (with the suggested taps), and a note when
+    a deep target is tapped in its first half only."""
+    ids = config.model.target_layer_ids
+    problems: list[Problem] = []
+    if info.num_layers is None:
+        return problems
+    where, last = f"the target ({info.folder})", info.num_layers - 1
+    suggestion = layer_suggestion(info.num_layers, len(ids))
+    for i, layer in enumerate(ids):
+        path = ("model", "target_layer_ids", i)
+        if layer > last:
+            problems.append(
+                Problem(
+                    "SD310",
+                    path,
+                    f"target layer id {layer} is out of range: {where} has {info.num_layers} "
+                    f"decoder layers, ids 0..{last}{suggestion}",
                 )
-            elif layer == last:
-                problems.append(
-                    Problem(
-                        "SD311",
-                        path,
-                        f"target layer id {layer} is the last layer of {where}; the draft needs "
-                        f"intermediate features: pick ids below {last}",
-                    )
+            )
+        elif layer == last:
+            problems.append(
+                Problem(
+                    "SD311",
+                    path,
+                    f"target layer id {layer} is the last layer of {where}; the draft needs "
+                    f"intermediate features: pick ids below {last}{suggestion}",
                 )
-    mask = model.mask_token_id
+            )
+    half = info.num_layers // 2
+    if info.num_layers >= _DEEP_TARGET and max(ids) < half:
+        problems.append(
+            Problem(
+                "SD320",
+                ("model", "target_layer_ids"),
+                f"every target layer id is below {half}, in the first half of the "
+                f"{info.num_layers} layers of {where}: the draft never sees the later layers, "
+                f"whose features are closest to the target's next token{suggestion}",
+            )
+        )
+    return problems
+
+
+def layer_suggestion(num_layers: int, count: int) -> str:
+    """A message clause with the DFlash drafts' `count` taps for the depth ('' when none fit)."""
+    try:
+        ids = suggest_target_layer_ids(num_layers, count)
+    except ValueError:
+        return ""
+    taps = "1 tap" if count == 1 else f"{count} taps"
+    return f"; {taps} spread over its depth as the DFlash drafts do: {ids}"
+
+
+def mask_token_problems(config: Config, info: TargetInfo) -> list[Problem]:
+    """mask_token_id outside the vocabulary, or one of the target's pad, eos or bos tokens."""
+    mask, problems = config.model.mask_token_id, []
+    where, key = f"the target ({info.folder})", ("model", "mask_token_id")
+    advice = mask_token_advice(info)
     if info.vocab_size is not None and mask >= info.vocab_size:
         problems.append(
             Problem(
                 "SD312",
-                ("model", "mask_token_id"),
+                key,
                 f"mask_token_id {mask} is outside the vocabulary of {where} (vocab_size "
-                f"{info.vocab_size}); pick an unused id below {info.vocab_size}",
+                f"{info.vocab_size}); {advice}",
             )
         )
-    if mask in info.pad_ids:
-        problems.append(
-            Problem(
-                "SD313",
-                ("model", "mask_token_id"),
-                f"mask_token_id {mask} is the pad token id of {where}; pick an unused id",
-            )
-        )
-    if mask in info.eos_ids:
-        problems.append(
-            Problem(
-                "SD314",
-                ("model", "mask_token_id"),
-                f"mask_token_id {mask} is an eos token id of {where}; pick an unused id",
-            )
-        )
-    return problems + family_rules(model.algorithm).target_checks(config, info)
+    text = info.token_text(mask)
+    named = f"mask_token_id {mask}" + (f" ({text})" if text else "")
+    for code, ids, what in (
+        ("SD313", info.pad_ids, "the pad token id"),
+        ("SD314", info.eos_ids, "an eos token id"),
+        ("SD318", info.bos_ids, "the bos token id"),
+    ):
+        if mask in ids:
+            problems.append(Problem(code, key, f"{named} is {what} of {where}; {advice}"))
+    return problems
+
+
+def mask_token_advice(info: TargetInfo) -> str:
+    """How to pick model.mask_token_id, with this target's candidate when one is known."""
+    advice = (
+        "pick a token the target never emits in its chat answers and that is not its pad, eos "
+        "or bos token (the draft reads that token's row of the target's frozen embedding)"
+    )
+    candidate = mask_token_candidate(info)
+    if candidate is None:
+        return advice
+    token_id, text = candidate
+    return f"{advice}, such as {text} (mask_token_id = {token_id})"
+
+
+def mask_token_candidate(info: TargetInfo) -> tuple[int, str] | None:
+    """A special token fit for the mask: one named like a mask, else a ChatML target's
+    `<|endoftext|>` (SmolLM2's id 0; its answers end with `<|im_end|>`), if neither pad, eos
+    nor bos."""
+    taken = info.pad_ids | info.eos_ids | info.bos_ids
+    free = [(token_id, text) for token_id, text in info.special_tokens if token_id not in taken]
+    for token_id, text in free:
+        if "mask" in text.lower():
+            return token_id, text
+    texts = {text for _, text in info.special_tokens}
+    if {"<|im_start|>", "<|im_end|>"} <= texts:
+        for token_id, text in free:
+            if text == "<|endoftext|>":
+                return token_id, text
+    return None
 
 
 def _table(document: Mapping[str, Any], name: str) -> Mapping[str, Any]:

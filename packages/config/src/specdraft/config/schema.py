@@ -83,12 +83,18 @@ class _ModelFields(_Section):
         min_length=1,
         description="Target decoder layers whose outputs feed the draft (layer k = output of "
         "decoder layer k, HF hidden_states[k+1]). Explicit, unique, and in range of the "
-        "target's layers; the last layer is not allowed.",
+        "target's layers; the last layer is not allowed. The published DFlash drafts spread "
+        "them evenly from layer 1 to num_layers - 3 (36 layers, 5 taps: [1, 9, 17, 25, 33]; "
+        "30 layers: [1, 8, 14, 20, 27]); `specdraft lint --target` suggests them.",
     )
     mask_token_id: NonNegInt = Field(
         ...,
-        description="Token id that fills the non-anchor slots of a block. Must lie inside the "
-        "target's embedding and differ from the pad and eos ids.",
+        description="Token id that fills the non-anchor slots of a block; the draft reads its "
+        "row of the target's frozen embedding. Must lie inside the target's embedding and "
+        "differ from the pad, eos and bos ids: pick a token the target never emits in its chat "
+        "answers, such as a reserved or unused id (151669, past Qwen3's special tokens) or, for "
+        "ChatML Llama targets like SmolLM2, <|endoftext|> (id 0). `specdraft lint --target` "
+        "checks it and names a candidate.",
     )
     dtype: Literal["bfloat16", "float16", "float32"] = Field(
         "bfloat16", description="Dtype of the draft weights (and of the exported checkpoint)."

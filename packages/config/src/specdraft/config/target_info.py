@@ -1,14 +1,21 @@
 """What the linter needs to know about the target model, read from its JSON files without torch.
 
 `config.json` gives the layer count, vocabulary and hidden sizes (multimodal configs nest them
-under `text_config`); `generation_config.json` and `tokenizer_config.json` add pad and eos ids.
-Reading these small files keeps `specdraft lint` fast and free of torch and transformers.
+under `text_config`); `generation_config.json` and `tokenizer_config.json` add pad, eos and bos
+ids (a single id or a list, as Llama 3's generation config has). Special tokens named by their
+text are looked up in `tokenizer_config.json`'s `added_tokens_decoder`, or, where transformers 5
+no longer writes it (SmolLM2, Llama), in `tokenizer.json`'s `added_tokens`. Reading these files
+keeps `specdraft lint` fast and free of torch and transformers.
+
+`suggest_target_layer_ids` gives the layer taps of the published DFlash drafts for any depth.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +34,13 @@ class TargetInfo:
     hidden_size: int | None
     pad_ids: frozenset[int]
     eos_ids: frozenset[int]
+    bos_ids: frozenset[int] = frozenset()
+    # The tokenizer's added (special) tokens as (id, text), in id order.
+    special_tokens: tuple[tuple[int, str], ...] = ()
+
+    def token_text(self, token_id: int) -> str | None:
+        """The text of a special token id, if the tokenizer names it."""
+        return dict(self.special_tokens).get(token_id)
 
 
 def read_target_info(folder: str | Path) -> TargetInfo:
@@ -45,19 +59,50 @@ def read_target_info(folder: str | Path) -> TargetInfo:
                     return source[name]
         return None
 
-    pad_ids = _ids(pick("pad_token_id")) | _ids(generation.get("pad_token_id"))
-    eos_ids = _ids(pick("eos_token_id")) | _ids(generation.get("eos_token_id"))
-    by_content = _special_token_ids(tokenizer)
-    pad_ids |= _ids(by_content.get(_token_content(tokenizer.get("pad_token"))))
-    eos_ids |= _ids(by_content.get(_token_content(tokenizer.get("eos_token"))))
+    special = _special_tokens(tokenizer, root)
+    by_content = {content: token_id for token_id, content in reversed(special)}
+
+    def ids_of(kind: str) -> frozenset[int]:
+        key = f"{kind}_token_id"
+        content = _token_content(tokenizer.get(f"{kind}_token"))
+        named = by_content.get(content) if content is not None else None
+        return frozenset(_ids(pick(key)) | _ids(generation.get(key)) | _ids(named))
+
     return TargetInfo(
         folder=str(root),
         num_layers=_int(pick("num_hidden_layers", "num_layers", "n_layer")),
         vocab_size=_int(pick("vocab_size")),
         hidden_size=_int(pick("hidden_size", "n_embd")),
-        pad_ids=frozenset(pad_ids),
-        eos_ids=frozenset(eos_ids),
+        pad_ids=ids_of("pad"),
+        eos_ids=ids_of("eos"),
+        bos_ids=ids_of("bos"),
+        special_tokens=special,
     )
+
+
+def suggest_target_layer_ids(num_layers: int, count: int) -> list[int]:
+    """`count` layer ids spread evenly from layer 1 to num_layers - 3, as the DFlash drafts tap.
+
+    The published DFlash drafts (z-lab's `build_target_layer_ids`, also in speculators) round
+    `1 + i * (num_layers - 4) / (count - 1)` half to even, as Python's `round` does: 36 layers
+    and 5 taps give [1, 9, 17, 25, 33], 30 layers [1, 8, 14, 20, 27]; one tap is the middle
+    layer. A target too shallow for `count` distinct layers in 1..num_layers-3 spreads them over
+    every layer but the last (4 layers, 2 taps: [0, 2]). Raises ValueError when even that is
+    too few.
+    """
+    if count < 1:
+        raise ValueError(f"count must be at least 1, not {count}")
+    if count > num_layers - 1:
+        raise ValueError(
+            f"a target with {num_layers} decoder layers has {max(num_layers - 1, 0)} layers a "
+            f"draft may tap (the last is not allowed), fewer than {count}"
+        )
+    if count == 1:
+        return [min(num_layers // 2, num_layers - 2)]
+    first, last = 1, num_layers - 3
+    if last - first + 1 < count:
+        first, last = 0, num_layers - 2
+    return [round(first + Fraction(i * (last - first), count - 1)) for i in range(count)]
 
 
 def _read_json(path: Path, *, required: bool) -> dict[str, Any]:
@@ -94,14 +139,50 @@ def _token_content(token: Any) -> str | None:
     return token if isinstance(token, str) else None
 
 
-def _special_token_ids(tokenizer: dict[str, Any]) -> dict[str | None, int]:
-    """Map special-token text to id from `added_tokens_decoder` (no tokenizer load needed)."""
+def _special_tokens(tokenizer: dict[str, Any], root: Path) -> tuple[tuple[int, str], ...]:
+    """The added tokens as sorted (id, text): tokenizer_config.json's `added_tokens_decoder`,
+    else tokenizer.json's `added_tokens` (no tokenizer load needed)."""
+    out: dict[int, str] = {}
     decoder = tokenizer.get("added_tokens_decoder")
-    if not isinstance(decoder, dict):
-        return {}
-    out: dict[str | None, int] = {}
-    for raw_id, entry in decoder.items():
-        content = _token_content(entry)
-        if content is not None and str(raw_id).isdigit():
-            out.setdefault(content, int(raw_id))
-    return out
+    if isinstance(decoder, dict):
+        for raw_id, entry in decoder.items():
+            content = _token_content(entry)
+            if content is not None and str(raw_id).isdigit():
+                out.setdefault(int(raw_id), content)
+    else:
+        for entry in _added_tokens(root / "tokenizer.json"):
+            content, token_id = _token_content(entry), _int(entry.get("id"))
+            if content is not None and token_id is not None:
+                out.setdefault(token_id, content)
+    return tuple(sorted(out.items()))
+
+
+# tokenizers writes `added_tokens` before the (large) vocabulary: the list is decoded alone, from
+# the file's head when it is there (a full read of Qwen3's 11 MB file is what this saves).
+_ADDED_TOKENS = re.compile(r'"added_tokens"\s*:\s*(?=\[)')
+_HEAD_BYTES = 1 << 18
+
+
+def _added_tokens(path: Path) -> list[dict[str, Any]]:
+    """tokenizer.json's `added_tokens` list ([] when the file is missing or unreadable)."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(_HEAD_BYTES)
+            value = _decode_added_tokens(head.decode("utf-8", errors="ignore"))
+            if value is None:
+                value = _decode_added_tokens((head + handle.read()).decode("utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [entry for entry in value if isinstance(entry, dict)] if value is not None else []
+
+
+def _decode_added_tokens(text: str) -> list[Any] | None:
+    """The `added_tokens` array decoded from (a head of) tokenizer.json, or None."""
+    found = _ADDED_TOKENS.search(text)
+    if found is None:
+        return None
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text, found.end())
+    except ValueError:
+        return None
+    return value if isinstance(value, list) else None
