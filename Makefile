@@ -19,7 +19,7 @@ $(BIN)/.installed: pyproject.toml packages/*/pyproject.toml
 	# The CPU build of torch first, pinned, so no dependency can pull a CUDA build.
 	$(BIN)/python -m pip install -q "torch==2.13.0"
 	$(BIN)/python -m pip install -q -e packages/config -e packages/collate \
-		-e "packages/trainer[sharegpt,mooncake,tensorboard,wandb,mlflow,plot]" -e packages/cli \
+		-e "packages/trainer[sharegpt,mooncake,tensorboard,wandb,mlflow,plot,gguf]" -e packages/cli \
 		$(DEV_DEPS)
 	touch $@
 

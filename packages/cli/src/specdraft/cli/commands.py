@@ -33,6 +33,6 @@ SUMMARIES: dict[str, str] = {
     "serve-producer": "Run the producer: lease prompts to capture servers, serve windows.",
     "regenerate": "Rewrite a corpus's assistant turns with the target's own greedy answers.",
     "prepare-features": "Run the target once over the corpus and write offline feature shards.",
-    "assets": "Build local assets (the tiny target) into a fixed folder.",
+    "assets": "Build local targets (the tiny one; real ones from GGUF files) into a fixed folder.",
     "audit": "Check a run's record: every sample trained exactly once per epoch?",
 }
