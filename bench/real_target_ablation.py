@@ -69,7 +69,9 @@ def answers(first: int, count: int, target: Path) -> list[tuple[list[int], list[
         turn = conversation[0]
         if turn["role"] != "user":
             continue
-        ids = tokenizer.apply_chat_template([turn], add_generation_prompt=True, tokenize=True)
+        ids = tokenizer.apply_chat_template(
+            [turn], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
         ids = ids["input_ids"] if isinstance(ids, dict) else ids
         if len(ids) <= 200:
             prompts.append(list(ids))
