@@ -370,3 +370,28 @@ def test_eval_on_vllm_without_vllm_says_how_to_get_it(trained, tiny_target_path,
     assert len(done.output.strip().splitlines()) == 1
     assert f"--vllm-python {missing} does not exist" in done.output
     assert "scripts/vllm_cpu_venv.sh" in done.output
+
+
+def test_a_new_family_s_export_folder_is_a_draft_not_a_foreign_model(tmp_path, monkeypatch):
+    """The drafts export recognises come from the registered families: a family added by its
+    folder alone (no hand-kept list) can be re-exported over with --force, while a target's
+    folder is still refused."""
+    import dataclasses
+
+    from specdraft.trainer.models import family as families
+    from specdraft.trainer.train.export.destination import foreign_model
+
+    dflash = families.FAMILIES["dflash"]
+    scratch = dataclasses.replace(
+        dflash,
+        name="scratch",
+        model_class=type("ScratchDraft", (dflash.model_class,), {}),
+        vllm=dataclasses.replace(dflash.vllm, architecture="ScratchVllmDraft"),
+        speculators=None,
+    )
+    monkeypatch.setitem(families.FAMILIES, "scratch", scratch)
+    for architecture in ("ScratchDraft", "ScratchVllmDraft", "DFlashDraftModel"):
+        (tmp_path / "config.json").write_text(json.dumps({"architectures": [architecture]}))
+        assert foreign_model(tmp_path) is None, architecture
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    assert "LlamaForCausalLM" in foreign_model(tmp_path)

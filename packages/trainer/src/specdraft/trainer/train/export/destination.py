@@ -15,16 +15,20 @@ from pathlib import Path
 
 from .source import ExportRefused
 
-# `architectures` entries (and speculators' config marker) of the folders export itself writes.
-DRAFT_ARCHITECTURES = frozenset(
-    {
-        "DFlashDraftModel",
-        "DFlash2DraftModel",
-        "Qwen3DSparkModel",
-        "DFlashSpeculator",
-        "DSparkSpeculator",
-    }
-)
+
+def draft_architectures() -> frozenset[str]:
+    """`architectures` entries of the folders export itself writes, read from the registered
+    families (their own class, vLLM's and speculators' names), so a new family's export folder
+    is never mistaken for a target's."""
+    from ...models.family import FAMILIES
+
+    names: set[str] = set()
+    for family in FAMILIES.values():
+        names.add(family.architecture)
+        for layout in (family.vllm, family.speculators):
+            if layout is not None:
+                names.add(layout.architecture)
+    return frozenset(names)
 
 
 def foreign_model(folder: Path) -> str | None:
@@ -36,7 +40,7 @@ def foreign_model(folder: Path) -> str | None:
         except (OSError, ValueError):
             return "a config.json that is not a draft's"
         architectures = config.get("architectures") or []
-        if "speculators_model_type" in config or DRAFT_ARCHITECTURES.intersection(architectures):
+        if "speculators_model_type" in config or draft_architectures().intersection(architectures):
             return None
         return f"a model with architectures {architectures}"
     weights = sorted(p.name for p in folder.glob("*.safetensors"))
