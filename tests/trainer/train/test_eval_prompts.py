@@ -66,3 +66,19 @@ def test_held_out_records_are_made_once_per_run_and_target(tiny_target_path, tmp
         eval_file(tmp_path / "eval.jsonl", with_prompt=3, without=0)
         third, other = eval_run.cached_eval_records(config)
     assert len(made) == 2 and other != path and len(third) == 3
+
+
+def test_the_evaluation_length_is_the_config_s_eval_max_new_tokens(tiny_target_path, tmp_path):
+    from specdraft.trainer.train.eval_run import make_eval_records
+
+    data = {"eval_paths": [str(eval_file(tmp_path / "eval.jsonl", with_prompt=2, without=0))]}
+    longest = {}
+    for new_tokens in (3, 9):
+        raw = tiny_run(tiny_target_path, tmp_path / "run", data=data)
+        raw["training"]["eval_max_new_tokens"] = new_tokens
+        with single_thread():
+            made = make_eval_records(validate_config(raw))[0]
+        generated = [len(r.input_ids) - r.prompt_len for r in made]
+        assert min(generated) >= 1 and max(generated) <= new_tokens, generated
+        longest[new_tokens] = max(generated)
+    assert longest[9] > longest[3], longest

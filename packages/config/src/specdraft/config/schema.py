@@ -361,6 +361,13 @@ class TrainingConfig(_Section):
     eval_interval: NonNegInt = Field(
         0, description="Optimizer steps between evaluations (0 = only at the end)."
     )
+    eval_max_new_tokens: PositiveInt = Field(
+        64,
+        le=MAX_WIDTH,
+        description="Tokens the target generates greedily for each held-out prompt of the "
+        "acceptance evaluation (specdraft's estimate and `eval --engine vllm` alike); prompt "
+        "and answer are fitted into data.max_length.",
+    )
     nonfinite_loss: Literal["stop", "skip"] = Field(
         "stop",
         description="A step whose loss or gradient norm is NaN or infinite: 'stop' ends the run "

@@ -35,12 +35,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_EVAL_NEW_TOKENS = 64
-
-
 def eval_new_tokens(config: Config) -> int:
-    """Tokens the target generates per held-out prompt."""
-    return int(getattr(config.training, "eval_max_new_tokens", DEFAULT_EVAL_NEW_TOKENS))
+    """Tokens the target generates per held-out prompt (training.eval_max_new_tokens)."""
+    return int(config.training.eval_max_new_tokens)
 
 
 def records_path(config: Config, data_fingerprint: str) -> Path:
