@@ -50,6 +50,27 @@ def served_request(
     }
 
 
+def served_inputs(
+    config: Config,
+    checkpoint: str,
+    python: Path,
+    on_start: Callable[[str], None] | None = None,
+) -> tuple[str, str, str, list[Any]]:
+    """What every served measurement starts from: the vLLM version (checked), the checkpoint's
+    family and dtype, and the run's held-out records (cached)."""
+    from ..models import family_of_architecture
+    from ..train.eval_run import cached_eval_records
+    from ..train.export import checkpoint_dtype
+
+    version = check_vllm_python(python)
+    if on_start is not None:
+        on_start(version)
+    architecture = json.loads((Path(checkpoint) / "config.json").read_text())["architectures"][0]
+    family = family_of_architecture(architecture).name
+    records, _ = cached_eval_records(config)
+    return version, family, checkpoint_dtype(checkpoint), records
+
+
 def served_acceptance(
     config: Config,
     checkpoint: str,
@@ -61,17 +82,10 @@ def served_acceptance(
 ) -> dict[str, Any]:
     """vLLM's acceptance of the checkpoint's draft next to specdraft's estimate (see module);
     `on_start(vllm_version)` is called once vLLM is found, before the long part."""
-    from ..models import family_of_architecture
-    from ..train.eval_run import cached_eval_records, evaluate_checkpoint
-    from ..train.export import checkpoint_dtype, export_checkpoint
+    from ..train.eval_run import evaluate_checkpoint
+    from ..train.export import export_checkpoint
 
-    version = check_vllm_python(python)
-    if on_start is not None:
-        on_start(version)
-    architecture = json.loads((Path(checkpoint) / "config.json").read_text())["architectures"][0]
-    family = family_of_architecture(architecture).name
-    dtype = checkpoint_dtype(checkpoint)
-    records, _ = cached_eval_records(config)
+    version, family, dtype, records = served_inputs(config, checkpoint, python, on_start)
     prompts = [r.input_ids[: r.prompt_len].tolist() for r in records]
     with tempfile.TemporaryDirectory(prefix="specdraft-served-") as tmp:
         draft = Path(tmp) / "draft"

@@ -9,7 +9,6 @@ a speedup is never bought with a different answer.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 
 from specdraft.config import Config
 
-from .vllm_engine import check_vllm_python, run_vllm_child
+from .vllm_engine import run_vllm_child
 
 # vLLM's n-gram proposer: look the last 2..4 tokens up in the prompt and output so far.
 NGRAM_LOOKUP = (2, 4)
@@ -60,18 +59,12 @@ def served_speed(
     on_start: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Tokens/s at batch 1 and at `batch` for no speculation, the draft and n-gram."""
-    from ..models import family_for, family_of_architecture
-    from ..train.eval_run import cached_eval_records
-    from ..train.export import checkpoint_dtype, export_checkpoint
+    from ..models import family_for
+    from ..train.export import export_checkpoint
     from ..train.export.vllm import vllm_layout
+    from .served import served_inputs
 
-    version = check_vllm_python(python)
-    if on_start is not None:
-        on_start(version)
-    architecture = json.loads((Path(checkpoint) / "config.json").read_text())["architectures"][0]
-    family = family_of_architecture(architecture).name
-    dtype = checkpoint_dtype(checkpoint)
-    records, _ = cached_eval_records(config)
+    version, family, dtype, records = served_inputs(config, checkpoint, python, on_start)
     prompts = [r.input_ids[: r.prompt_len].tolist() for r in records][:batch]
     block = int(config.model.block_size)
     spec = family_for(family)
