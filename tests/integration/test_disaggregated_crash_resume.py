@@ -89,7 +89,11 @@ def crashed_run(tmp_path_factory) -> CrashedRun:
 def test_a_rank_killed_past_its_checkpoint_leaves_the_watermark_full(crashed_run):
     # Killed two windows past the checkpoint after step 3. A killed rank stops every step at
     # once: the windows captured ahead still fill the watermark, so the resume must evict.
-    assert crashed_run.rank_crash == (3, 5, HIGH_WATERMARK)
+    # On a loaded machine the ranks may finish one more step between the test reading the
+    # ledger and its SIGKILL landing (seen in 2 of 4 runs beside a benchmark): still past the
+    # same checkpoint, with the watermark full.
+    checkpoint, trained, held_at_kill = crashed_run.rank_crash
+    assert checkpoint == 3 and trained in (5, 6) and held_at_kill == HIGH_WATERMARK
 
 
 def test_a_killed_capture_server_stops_the_resumed_run_past_its_checkpoint(crashed_run):
@@ -116,12 +120,13 @@ def test_a_killed_capture_server_stops_the_resumed_run_past_its_checkpoint(crash
 def test_each_resume_rolls_back_and_the_run_trains_each_sample_once(crashed_run, tmp_path_factory):
     assert crashed_run.final.summary["final_step"] == STEPS
     checkpoint, trained = crashed_run.capture_crash[:2]
-    # Each launch's resume: a fresh start, back to step 3 (rolling back the two windows trained
-    # past it), then from the capture crash's checkpoint (rolling back what the ranks trained
-    # past it: nothing when they saved the step they stopped at).
+    # Each launch's resume: a fresh start, back to step 3 (rolling back the windows trained
+    # past it: two, or three when the kill landed a step late), then from the capture crash's
+    # checkpoint (rolling back what the ranks trained past it: nothing when they saved the step
+    # they stopped at).
     assert resumes(crashed_run.run_dir) == [
         (0, []),
-        (3, [3, 4]),
+        (3, list(range(3, crashed_run.rank_crash[1]))),
         (checkpoint, list(range(checkpoint, trained))),
     ]
     assert_trained_once_like_an_uninterrupted_run(
