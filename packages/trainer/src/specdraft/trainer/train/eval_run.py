@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 def eval_new_tokens(config: Config) -> int:
     """Tokens the target generates per held-out prompt (training.eval_max_new_tokens)."""
     return int(config.training.eval_max_new_tokens)
