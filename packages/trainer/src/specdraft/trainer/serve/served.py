@@ -21,9 +21,16 @@ from .vllm_engine import check_vllm_python, run_vllm_child
 
 
 def served_request(
-    config: Config, draft: Path, family: str, prompts: list[list[int]], dtype: str, mode: str
+    config: Config,
+    draft: Path,
+    family: str,
+    prompts: list[list[int]],
+    dtype: str,
+    mode: str,
+    max_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """The vllm_child request that serves `prompts` with the exported draft."""
+    """The vllm_child request that serves `prompts` with the exported draft (`max_tokens`
+    new tokens each; default: the evaluation's budget)."""
     from ..models import family_for
     from ..train.eval_run import eval_new_tokens
     from ..train.evaluation import fit_eval_budget
@@ -33,7 +40,8 @@ def served_request(
     # slot is a prediction: bs; DFlash and DFlash2: bs - 1), from the family's folder.
     spec = family_for(family)
     method = vllm_layout(spec, str(draft)).method
-    max_tokens, _ = fit_eval_budget(config.data.max_length, eval_new_tokens(config))
+    if max_tokens is None:
+        max_tokens, _ = fit_eval_budget(config.data.max_length, eval_new_tokens(config))
     block = int(config.model.block_size)
     longest = max((len(p) for p in prompts), default=1)
     return {

@@ -59,30 +59,18 @@ def served_speed(
     on_start: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Tokens/s at batch 1 and at `batch` for no speculation, the draft and n-gram."""
-    from ..models import family_for
     from ..train.export import export_checkpoint
-    from ..train.export.vllm import vllm_layout
-    from .served import served_inputs
+    from .served import served_inputs, served_request
 
     version, family, dtype, records = served_inputs(config, checkpoint, python, on_start)
     prompts = [r.input_ids[: r.prompt_len].tolist() for r in records][:batch]
-    block = int(config.model.block_size)
-    spec = family_for(family)
-    draft_tokens = spec.supervised_slots(block)
     with tempfile.TemporaryDirectory(prefix="specdraft-speed-") as tmp:
         draft = Path(tmp) / "draft"
         export_checkpoint(checkpoint, draft, format="vllm", dtype=dtype)
-        method = vllm_layout(spec, str(draft)).method
-        request = {
-            "mode": "speed",
-            "target": str(Path(config.model.target).resolve()),
-            "prompts": prompts,
-            "max_tokens": max_tokens,
-            "max_model_len": max(map(len, prompts)) + max_tokens + 2 * block,
-            "dtype": dtype,
-            "batch1_prompts": min(batch1_prompts, len(prompts)),
-            "settings": speed_settings(draft, method, draft_tokens, draft_tokens),
-        }
+        request = served_request(config, draft, family, prompts, dtype, "speed", max_tokens)
+        draft_tokens = request["num_speculative_tokens"]
+        request["batch1_prompts"] = min(batch1_prompts, len(prompts))
+        request["settings"] = speed_settings(draft, request["method"], draft_tokens, draft_tokens)
         child = run_vllm_child(request, python=python, log=log, timeout=timeout)
     result: dict[str, Any] = {
         "family": family,

@@ -166,9 +166,7 @@ def generate(request: dict[str, Any], speculative: bool) -> tuple[list[list[int]
 
     llm = LLM(**engine_kwargs(request, speculative))
     params = SamplingParams(temperature=0.0, max_tokens=int(request["max_tokens"]))
-    prompts = [{"prompt_token_ids": ids} for ids in request["prompts"]]
-    outputs = llm.generate(prompts, params, use_tqdm=False)
-    tokens = [list(out.outputs[0].token_ids) for out in outputs]
+    tokens, _ = timed_generate(llm, params, request["prompts"])
     metrics = metric_dicts(llm.get_metrics())
     del llm
     gc.collect()
