@@ -53,6 +53,7 @@ def build_bench_source(config: Any, ctx: Any, spec: dict[str, Any], shapes: Any)
     from shapebench.source import BenchBatchSource, SyntheticFeatures
     from shapebench.workloads import is_synthetic, synthetic_rows, synthetic_samples
     from specdraft.collate import sampler_from_config
+    from specdraft.config.sampler_mode import sampler_mode
     from specdraft.trainer.backends import backend_options_from_config
     from specdraft.trainer.models import load_target_config
     from specdraft.trainer.train.assembly import batch_shape, load_run_data
@@ -97,7 +98,7 @@ def build_bench_source(config: Any, ctx: Any, spec: dict[str, Any], shapes: Any)
         )
     # The run assembly's sampler, so batches are what training would see (anchor-grouped
     # plans read each row's valid anchors from its loss mask, as the run assembly does).
-    if config.anchor_grouping and counts is None:
+    if sampler_mode(config) == "anchor_grouped" and counts is None:
         from specdraft.collate import valid_anchor_count
 
         counts = [valid_anchor_count(dataset[i]["loss_mask"]) for i in range(len(lengths))]

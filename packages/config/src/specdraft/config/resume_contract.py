@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .sampler_mode import MODE_FIELDS, MODE_SELECTING_FIELDS, SamplerMode, mode_of
+from .sampler_mode import MODE_FIELDS, MODE_SELECTING_FIELDS, SamplerMode, mode_of, sampler_mode
 
 if TYPE_CHECKING:
     from .schema import Config
@@ -134,7 +134,7 @@ RESUME_CONTRACT: tuple[ResumeField, ...] = (
     ResumeField(
         "data.anchor_grouped",
         "anchor-grouped sampling",
-        lambda c: c.anchor_grouping,
+        lambda c: sampler_mode(c) == "anchor_grouped",
         data_order=True,
         default=False,
         sampler_key="anchor_grouped",

@@ -15,6 +15,7 @@ from typing import Any
 from .buckets import effective_buckets, max_length_appended
 from .families import family_rules, options_tables_ignored
 from .finding import Problem
+from .sampler_mode import sampler_mode
 from .schema import Config
 from .stores import settings_tables_ignored
 from .target_info import (
@@ -105,7 +106,7 @@ def shape_problems(config: Config) -> list[Problem]:
             )
         )
     problems += anchor_grouping_problems(config)
-    if training.packing:
+    if sampler_mode(config) == "packed":
         for name in ("length_grouped", "anchor_grouped", "bucket_synchronized"):
             if getattr(config.data, name):
                 problems.append(
@@ -132,7 +133,7 @@ def shape_problems(config: Config) -> list[Problem]:
 def anchor_grouping_problems(config: Config) -> list[Problem]:
     """Warnings about data.anchor_grouped where it has no effect or overrides length grouping."""
     training, data = config.training, config.data
-    if not config.anchor_grouping:
+    if sampler_mode(config) != "anchor_grouped":
         return []  # off, or ignored by packing (SD219)
     problems = []
     if training.static_shapes and not training.static_anchor_buckets:

@@ -4,8 +4,10 @@ Four config fields select the plan (data.length_grouped, data.anchor_grouped,
 data.bucket_synchronized, training.packing), and some of them override others: packing ignores
 the three grouping options (rule SD219), anchor grouping replaces length grouping (SD222), and
 anchor grouping cannot be combined with bucket synchronisation (SD220, refused by the schema).
-`mode_of` is the one place that applies that precedence; the sampler, the padding accounting and
-explain-buckets dispatch on the mode it returns and never read the four fields themselves.
+`mode_of` is the one place that applies that precedence; the sampler, the padding accounting,
+explain-buckets, the linter, the dry-run plan, the resume contract and the run assembly dispatch
+on the mode it returns and never read the four fields themselves (nor does the schema's SD220
+refusal: it asks `anchor_grouping_with_bucket_sync`).
 
 The modes:
 
@@ -87,8 +89,8 @@ def mode_of(enabled: Iterable[str]) -> SamplerMode:
     return "random"
 
 
-def sampler_mode(config: Config) -> SamplerMode:
-    """The run's sampler mode, from its data and packing settings."""
+def enabled_fields(config: Config) -> frozenset[str]:
+    """The mode-selecting config fields that `config` sets to true."""
     data = config.data
     flags = {
         "data.length_grouped": data.length_grouped,
@@ -96,7 +98,23 @@ def sampler_mode(config: Config) -> SamplerMode:
         "data.bucket_synchronized": data.bucket_synchronized,
         "training.packing": config.training.packing,
     }
-    return mode_of(name for name, on in flags.items() if on)
+    return frozenset(name for name, on in flags.items() if on)
+
+
+def sampler_mode(config: Config) -> SamplerMode:
+    """The run's sampler mode, from its data and packing settings."""
+    return mode_of(enabled_fields(config))
+
+
+def anchor_grouping_with_bucket_sync(enabled: Iterable[str]) -> bool:
+    """True when anchor grouping would apply next to bucket synchronisation (refused, SD220).
+
+    Asked of `mode_of` rather than of the fields, so the refusal follows the precedence: under
+    packing neither option applies and the pair is merely ignored (SD219).
+    """
+    on = frozenset(enabled)
+    alone = on - {"data.bucket_synchronized"}
+    return "data.bucket_synchronized" in on and mode_of(alone) == "anchor_grouped"
 
 
 def check_sampler_mode(mode: str) -> SamplerMode:

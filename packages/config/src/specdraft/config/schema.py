@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from .families import FAMILY_RULES, family_rule_types, family_rules
+from .sampler_mode import anchor_grouping_with_bucket_sync, enabled_fields
 from .section import (
     MAX_ACCUM_STEPS,
     MAX_ANCHORS,
@@ -717,7 +718,7 @@ class Config(_Section):
                 f"{BUCKET_QUANTUM}: it is the last shape bucket; try {fixed}",
                 key="data.max_length",
             )
-        if self.anchor_grouping and data.bucket_synchronized:
+        if anchor_grouping_with_bucket_sync(enabled_fields(self)):
             raise _rule(
                 "anchor_grouped_with_bucket_sync",
                 "data.anchor_grouped cannot be combined with data.bucket_synchronized: "
@@ -779,11 +780,6 @@ class Config(_Section):
         if self.training.loss_decay_gamma is not None:
             return self.training.loss_decay_gamma
         return DEFAULT_LOSS_DECAY_GAMMA[self.model.block_size]
-
-    @property
-    def anchor_grouping(self) -> bool:
-        """Whether the run's plan is anchor-grouped: data.anchor_grouped, which packing ignores."""
-        return self.data.anchor_grouped and not self.training.packing
 
     @property
     def optimizer_window(self) -> int:

@@ -19,6 +19,7 @@ import torch
 from specdraft.collate import sampler_from_config
 from specdraft.config import Config, ShapePolicy
 from specdraft.config.resume_contract import run_fingerprint as contract_fingerprint
+from specdraft.config.sampler_mode import sampler_mode
 
 from ..backends import BackendOptions, backend_options_from_config, prepare
 from ..runtime import DistContext, barrier
@@ -49,7 +50,7 @@ class RunData:
     fingerprint: str
     # The in-process target (it makes each batch's features), or None (offline features).
     features: TargetFeatureExtractor | None
-    # Valid anchors per sample, when the plan is anchor-grouped (data.anchor_grouped).
+    # Valid anchors per sample, when the sampler mode is anchor_grouped.
     anchor_counts: list[int] | None = None
 
 
@@ -60,6 +61,7 @@ def run_fingerprint(config: Config, data_fingerprint: str) -> dict[str, Any]:
 
 def load_run_data(config: Config, ctx: DistContext, *, progress: bool) -> RunData:
     """Training data: tokenised conversations (+ the in-process target) or offline features."""
+    grouped = sampler_mode(config) == "anchor_grouped"  # only that plan reads anchor counts
     if config.data.format == "features":
         from ..features.meta import expected_feature_meta
         from ..features.shards import FeatureShardDataset
@@ -67,7 +69,7 @@ def load_run_data(config: Config, ctx: DistContext, *, progress: bool) -> RunDat
         dataset = FeatureShardDataset(
             config.data.train_paths, expected=expected_feature_meta(config)
         )
-        counts = dataset.anchor_counts() if config.anchor_grouping else None
+        counts = dataset.anchor_counts() if grouped else None
         return RunData(dataset, list(dataset.lengths), str(dataset.meta.get("data")), None, counts)
 
     from ..data import build_dataset, sample_anchor_counts, sample_lengths
@@ -87,7 +89,7 @@ def load_run_data(config: Config, ctx: DistContext, *, progress: bool) -> RunDat
         dtype=target_dtype(ctx.device),
         device=ctx.device,
     )
-    counts = sample_anchor_counts(dataset) if config.anchor_grouping else None
+    counts = sample_anchor_counts(dataset) if grouped else None
     return RunData(dataset, lengths, report.fingerprint, extractor, counts)
 
 

@@ -75,7 +75,9 @@ def load_prompts(cfg: Config, prompts_path: str | Path | None) -> list[Prompt]:
 
 def prompt_anchor_counts(cfg: Config, prompts: Sequence[Prompt]) -> list[int] | None:
     """Valid anchors per prompt when the plan is anchor-grouped (None otherwise: not needed)."""
-    if not cfg.anchor_grouping:
+    from specdraft.config.sampler_mode import sampler_mode
+
+    if sampler_mode(cfg) != "anchor_grouped":
         return None
     from specdraft.collate import valid_anchor_count
 
@@ -87,7 +89,7 @@ def sampler_planner(
 ) -> EpochPlanner:
     """The trainers' micro-batch plan (same sampler, seed, buckets), as an epoch planner.
 
-    `anchor_counts` (valid anchors per prompt) is needed when data.anchor_grouped is set.
+    `anchor_counts` (valid anchors per prompt) is needed when the sampler mode is anchor_grouped.
     """
     from specdraft.collate import sampler_from_config
     from specdraft.config import ShapePolicy
