@@ -80,3 +80,22 @@ def test_the_dry_run_names_the_data_order(tiny_target_path, tmp_path):
     plain = validate_config(tiny_run(tiny_target_path, tmp_path / "b"))
     line = next(s for s in dry_run_plan(plain, world_size=1).lines if s.startswith("data order"))
     assert line.endswith("random (seeded shuffle)")
+
+
+def test_every_sampler_mode_names_its_own_data_order(tiny_target_path, tmp_path):
+    from specdraft.config.sampler_mode import MODE_FIELDS, SAMPLER_MODES, sampler_mode
+    from specdraft.trainer.train.run import dry_run_plan
+
+    lines = {}
+    for mode in SAMPLER_MODES:
+        raw = tiny_run(tiny_target_path, tmp_path / mode, training={"static_shape_buckets": [128]})
+        for field in MODE_FIELDS[mode]:
+            section, name = field.split(".")
+            raw[section][name] = True
+        config = validate_config(raw)
+        assert sampler_mode(config) == mode
+        plan = dry_run_plan(config, world_size=1).lines
+        lines[mode] = next(s for s in plan if s.startswith("data order"))
+    assert len(set(lines.values())) == len(SAMPLER_MODES), lines
+    both = lines["length_grouped_bucket_synchronized"]
+    assert "bucket-synchronized" in both and "sorted by length" in both

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from specdraft.config import Config, ShapePolicy
+from specdraft.config.sampler_mode import SamplerMode, sampler_mode
 
 from .request import RunRequest
 
@@ -177,7 +178,7 @@ def dry_run_plan(config: Config, *, world_size: int) -> DryRunPlan:
         f"shape grid:  {_grid_line(shapes)}",
         f"compile:     {plan.describe()}",
         f"packing:     {_packing_line(config, shapes)}",
-        f"data order:  {_order_line(config, shapes)}",
+        f"data order:  {_order_line(config)}",
         f"batch:       micro {training.micro_batch_size} x accum {training.grad_accum_steps} x "
         f"{world_size} ranks = {training.micro_batch_size * training.grad_accum_steps * world_size}"
         f" {'rows' if shapes.packing else 'samples'} per optimizer step; {tokens} draft tokens "
@@ -193,22 +194,25 @@ def dry_run_plan(config: Config, *, world_size: int) -> DryRunPlan:
     return DryRunPlan(lines)
 
 
-def _order_line(config: Config, shapes: ShapePolicy) -> str:
+def _order_line(config: Config) -> str:
     """How the sampler orders and groups the samples of an epoch (seeded, same on every rank)."""
-    data = config.data
-    window = f"mega-batches of {data.mega_batch_multiplier} micro-batches"
-    if shapes.packing:
-        return "packed windows: shuffled conversations packed first-fit-decreasing into rows"
-    if data.bucket_synchronized:
-        return "bucket-synchronized: every rank draws from one shape bucket per micro-step"
-    if data.anchor_grouped:
-        return (
+    window = f"mega-batches of {config.data.mega_batch_multiplier} micro-batches"
+    sync = "bucket-synchronized: every rank draws from one shape bucket per micro-step"
+    # One line per sampler mode: the mode already applied the options' precedence.
+    lines: dict[SamplerMode, str] = {
+        "random": "random (seeded shuffle)",
+        "length_grouped": f"length-grouped: shuffled {window}, each sorted by length",
+        "anchor_grouped": (
             f"anchor-grouped: shuffled {window}, each sorted by (shape bucket, anchor count), "
             f"optimizer windows shuffled; a micro-batch's rows need similar anchor widths"
-        )
-    if data.length_grouped:
-        return f"length-grouped: shuffled {window}, each sorted by length"
-    return "random (seeded shuffle)"
+        ),
+        "bucket_synchronized": sync,
+        "length_grouped_bucket_synchronized": (
+            f"length-grouped {sync}, its rows cut from shuffled {window}, each sorted by length"
+        ),
+        "packed": "packed windows: shuffled conversations packed first-fit-decreasing into rows",
+    }
+    return lines[sampler_mode(config)]
 
 
 def _packing_line(config: Config, shapes: ShapePolicy) -> str:
