@@ -89,7 +89,7 @@ def test_max_length_may_be_anything_with_dynamic_shapes():
     assert _lint(text) == ([], ExitCode.CLEAN)
 
 
-def test_missing_max_length_is_appended_with_a_note():
+def test_missing_max_length_is_appended_with_a_note(tmp_path):
     text = replace_once(BASE, BUCKETS, "static_shape_buckets = [512, 1024]")
     findings, status = _lint(text)
     note = _only(findings, "SD210")
@@ -97,6 +97,10 @@ def test_missing_max_length_is_appended_with_a_note():
     assert note.severity == "note"
     assert "[512, 1024, 2048]" in note.message
     assert (note.line, note.col) == position_of(text, "[512, 1024]")
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    shapes = ShapePolicy.from_config(load_config(path))
+    assert shapes.lengths == (512, 1024, 2048) and shapes.lengths_appended
 
 
 def test_bucket_synchronized_needs_buckets():

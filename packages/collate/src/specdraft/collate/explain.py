@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from specdraft.config import BUCKET_QUANTUM, ShapePolicy, max_length_appended
+from specdraft.config import BUCKET_QUANTUM, ShapePolicy
 from specdraft.config.sampler_mode import SamplerMode, bucket_free_mode, sampler_mode
 
 from .accounting import PaddingReport, account_padding, plan_micro_batches
@@ -98,7 +98,7 @@ def build_report(
             "kind": _policy_kind(pad_to),
             "pad_to": _jsonable(pad_to),
             "description": shapes.describe_lengths(),
-            "max_length_appended": max_length_appended(config),
+            "max_length_appended": shapes.lengths_appended,
             "anchors": shapes.describe_anchors(),
             "anchor_widths": list(shapes.anchor_widths),
             "num_anchors_appended": shapes.anchors_appended,

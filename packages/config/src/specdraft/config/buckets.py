@@ -1,46 +1,16 @@
-"""Effective shape buckets and the compile-plan arithmetic: pure functions under `ShapePolicy`.
+"""The compile-plan arithmetic: pure numbers under `ShapePolicy`.
 
-Runs do not call these directly: `ShapePolicy.from_config` resolves the buckets once and
-`ShapePolicy.compile_plan` counts the graphs, so the pad policy and the Dynamo limits can never
-disagree between call sites. The linter uses `effective_buckets` for its notes.
+Runs do not call these directly: `ShapePolicy.compile_plan` counts the graphs of the run's grid,
+so the pad policy and the Dynamo limits can never disagree between call sites.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .schema import Config
 
 # Headroom over the counted graphs: the reference note's `2 * buckets + 4` keeps 4 spare entries
 # for guards Dynamo may add on its own (e.g. a grad-mode or dtype guard failing once).
 RECOMPILE_SLACK = 4
-
-
-def effective_buckets_from(
-    static_shapes: bool, max_length: int, buckets: list[int] | tuple[int, ...] | None
-) -> tuple[int, ...] | None:
-    """Ascending bucket tuple with max_length appended, or None when buckets are not in use."""
-    if not static_shapes or not buckets:
-        return None
-    resolved = tuple(sorted(set(int(b) for b in buckets if int(b) <= max_length)))
-    if not resolved or resolved[-1] != max_length:
-        resolved = (*resolved, max_length)
-    return resolved
-
-
-def effective_buckets(config: Config) -> tuple[int, ...] | None:
-    """The run's effective shape buckets (max_length always last), or None without buckets."""
-    return effective_buckets_from(
-        config.training.static_shapes, config.data.max_length, config.training.static_shape_buckets
-    )
-
-
-def max_length_appended(config: Config) -> bool:
-    """True when max_length was not listed in static_shape_buckets and is appended."""
-    buckets = config.training.static_shape_buckets
-    return bool(config.training.static_shapes and buckets and buckets[-1] != config.data.max_length)
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .buckets import effective_buckets, max_length_appended
 from .families import family_rules, options_tables_ignored
 from .finding import Problem
 from .sampler_mode import sampler_mode
 from .schema import Config
+from .shape_policy import ShapePolicy
 from .stores import settings_tables_ignored
 from .target_info import (
     TargetInfo,
@@ -46,13 +46,14 @@ def check_config(
 def shape_problems(config: Config) -> list[Problem]:
     """Notes and warnings about shape buckets, static shapes, compile and fp8."""
     training, problems = config.training, []
-    if max_length_appended(config):
+    shapes = ShapePolicy.from_config(config)  # the notes say what the run will use
+    if shapes.lengths_appended:
         problems.append(
             Problem(
                 "SD210",
                 _BUCKETS,
                 f"data.max_length ({config.data.max_length}) is not the last shape bucket, so it "
-                f"is appended: effective buckets are {list(effective_buckets(config) or ())}",
+                f"is appended: effective buckets are {list(shapes.lengths)}",
             )
         )
     if training.keep_every_n_steps and training.keep_last_checkpoints is None:
@@ -76,15 +77,13 @@ def shape_problems(config: Config) -> list[Problem]:
                 f"padding computed every step; set num_anchors <= {most}",
             )
         )
-    anchors = training.static_anchor_buckets
-    if anchors and anchors[-1] != training.num_anchors:
+    if shapes.anchors_appended:
         problems.append(
             Problem(
                 "SD217",
                 ("training", "static_anchor_buckets"),
                 f"training.num_anchors ({training.num_anchors}) is not the last anchor bucket, "
-                f"so it is appended: effective anchor buckets are "
-                f"{[*anchors, training.num_anchors]}",
+                f"so it is appended: effective anchor buckets are {list(shapes.anchor_widths)}",
             )
         )
     if training.fp8_linear and not training.static_shapes:

@@ -23,11 +23,11 @@ Torch-free on purpose: `specdraft lint`, `config show` and `explain-buckets` use
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .buckets import CompilePlan, compile_plan_from, effective_buckets_from
+from .buckets import CompilePlan, compile_plan_from
 
 if TYPE_CHECKING:
     from .schema import Config
@@ -58,16 +58,28 @@ def check_pad_to(pad_to: PadTo) -> PadTo:
     return buckets
 
 
+def _ending_with(values: Iterable[int], last: int) -> tuple[int, ...]:
+    """`values` ascending without repeats, with `last` appended when it is not already last."""
+    ordered = tuple(sorted(set(values)))
+    return ordered if ordered and ordered[-1] == last else (*ordered, last)
+
+
+def effective_buckets_from(
+    static_shapes: bool, max_length: int, buckets: Sequence[int] | None
+) -> tuple[int, ...] | None:
+    """Ascending bucket tuple with max_length appended, or None when buckets are not in use."""
+    if not static_shapes or not buckets:
+        return None
+    return _ending_with((int(b) for b in buckets if int(b) <= max_length), max_length)
+
+
 def effective_anchor_buckets(
     num_anchors: int, anchor_buckets: Sequence[int] | None
 ) -> tuple[int, ...] | None:
     """Ascending anchor widths with num_anchors appended, or None without anchor buckets."""
     if not anchor_buckets:
         return None
-    widths = tuple(sorted({int(a) for a in anchor_buckets if 0 < int(a) <= num_anchors}))
-    if not widths or widths[-1] != num_anchors:
-        widths = (*widths, num_anchors)
-    return widths
+    return _ending_with((int(a) for a in anchor_buckets if 0 < int(a) <= num_anchors), num_anchors)
 
 
 @dataclass(frozen=True)
