@@ -59,6 +59,10 @@ def test_the_fingerprint_is_the_one_older_checkpoints_hold() -> None:
     # The defaults column reads the old format as "off".
     assert with_defaults(OLDER_FINGERPRINT)["training.packing"] is False
     assert with_defaults(OLDER_FINGERPRINT)["data.anchor_grouped"] is False
+    # A draft vocabulary is part of the draft's identity, recorded only when set.
+    pruned = run_fingerprint(load_config(EXAMPLE, ["model.draft_vocab_size=256"]), data="d")
+    assert pruned == {**OLDER_FINGERPRINT, "draft_vocab_size": 256}
+    assert with_defaults(OLDER_FINGERPRINT)["draft_vocab_size"] is None
 
 
 def test_identity_and_data_order_fields_are_the_rows() -> None:
@@ -70,6 +74,7 @@ def test_identity_and_data_order_fields_are_the_rows() -> None:
         "num_draft_layers",
         "mask_token_id",
         "max_length",
+        "draft_vocab_size",
     )
     assert set(IDENTITY_FIELDS) | set(DATA_ORDER_FIELDS) == {r.name for r in RESUME_CONTRACT}
     # Every sampler setting is named by a data-order field, and every mode field is saved.

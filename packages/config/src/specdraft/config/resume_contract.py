@@ -88,6 +88,12 @@ RESUME_CONTRACT: tuple[ResumeField, ...] = (
     ResumeField("num_draft_layers", "draft decoder layers", lambda c: c.model.num_draft_layers),
     ResumeField("mask_token_id", "the mask token", lambda c: c.model.mask_token_id),
     ResumeField("max_length", "the longest sample", lambda c: c.data.max_length),
+    ResumeField(
+        "draft_vocab_size",
+        "the tokens the draft can propose (its head's rows)",
+        lambda c: c.model.draft_vocab_size,
+        default=None,
+    ),
     # The data order: which samples the resumed run trains on, and in what order.
     ResumeField(
         "data",

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -124,6 +125,20 @@ class FeatureShardDataset(torch.utils.data.Dataset):
                 handle = self._handles[path] = safe_open(str(path), framework="pt")
             counts.append(valid_anchor_count(handle.get_tensor(f"{k}.loss_mask").tolist()))
         return counts
+
+    def token_columns(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(input_ids, loss_mask) of every sample, flat per shard (token counts, no features)."""
+        by_shard: dict[Path, list[int]] = {}
+        for path, k in self._entries:
+            by_shard.setdefault(path, []).append(k)
+        for path, samples in by_shard.items():
+            handle = self._handles.get(path)
+            if handle is None:
+                self.verify_shard(path)
+                handle = self._handles[path] = safe_open(str(path), framework="pt")
+            ids = [handle.get_tensor(f"{k}.input_ids").numpy().ravel() for k in samples]
+            mask = [handle.get_tensor(f"{k}.loss_mask").numpy().ravel() for k in samples]
+            yield np.concatenate(ids), np.concatenate(mask)
 
     def verify_shard(self, path: Path) -> None:
         """Check a shard against the sha256 its index recorded; refuse it naming the file."""

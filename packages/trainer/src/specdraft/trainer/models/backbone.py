@@ -4,9 +4,12 @@
     blocks  = [token at anchor_b, MASK, ..., MASK]         [B, N, bs], positions anchor_b + k
     hidden  = norm(layers(embed(blocks), context, ...))  [B, N, bs, H]
 
-The draft owns no embedding and no LM head: both are the target's, frozen, passed in as a
-`TargetHead`. Module names (`fc`, `hidden_norm`, `layers.N.*`, `norm`) are those of the DFlash
-checkpoints SGLang loads.
+The draft owns no embedding and, over the full vocabulary, no LM head: both are the target's,
+frozen, passed in as a `TargetHead`. With a draft vocabulary (`draft_vocab_size`) the draft owns
+`lm_head`, the target head's rows of its tokens (frozen), and the objectives work in draft ids
+(draft_vocab.py); `vocab_logits`, `to_draft_labels` and `to_target_ids` hide which case it is.
+Module names (`fc`, `hidden_norm`, `layers.N.*`, `norm`, `lm_head`) are those of the DFlash
+checkpoints SGLang and vLLM load.
 
 A packed batch (with `document_ids`, see documents.py) runs the same graph with per-row
 positions: context RoPE from `position_ids`, block positions position_ids[anchor] + k, a mask
@@ -28,6 +31,7 @@ from specdraft.collate import ANCHOR_WIDTH
 from .anchors import sample_anchors
 from .config import DFlashDraftConfig
 from .documents import DocumentLayout, document_layout
+from .draft_vocab import VocabMap, build_vocab_map, to_draft_labels, to_target_ids
 from .layers import RMSNorm, rotary_tables
 from .losses import DraftLoss, block_targets
 from .masks import build_block_mask
@@ -89,6 +93,15 @@ class DraftModel(PreTrainedModel):
             [self.make_layer(config, index) for index in range(config.num_hidden_layers)]
         )
         self.norm = RMSNorm(hidden, config.rms_norm_eps)
+        # The draft vocabulary's head: the target head's rows of its tokens, frozen (copied in
+        # by init_draft_head, then saved with every checkpoint so that an export needs no target).
+        self.lm_head: nn.Linear | None = None
+        if config.draft_vocab_size is not None:
+            self.lm_head = nn.Linear(hidden, config.draft_vocab_size, bias=False)
+            self.lm_head.weight.requires_grad_(False)
+        # VocabMap per device, built from config.draft_vocab_ids on first use (not buffers: FSDP1
+        # mixed precision casts every buffer to the compute dtype, which would ruin the ids).
+        self._vocab_maps: dict[torch.device, VocabMap] = {}
 
     def make_layer(self, config: DFlashDraftConfig, index: int) -> nn.Module:
         """One decoder layer of this family."""
@@ -98,6 +111,49 @@ class DraftModel(PreTrainedModel):
     def block_size(self) -> int:
         """Tokens per draft block."""
         return self.config.block_size
+
+    def vocab_map(self, device: torch.device) -> VocabMap | None:
+        """The draft vocabulary's id maps on `device`; None over the target's whole vocabulary."""
+        if self.lm_head is None:
+            return None
+        vocab = self._vocab_maps.get(device)
+        if vocab is None:
+            ids = self.config.draft_vocab_ids
+            if ids is None:
+                raise ValueError(
+                    "this draft has draft_vocab_size but no draft_vocab_ids: build it with "
+                    "build_draft(..., draft_vocab=ids) or load it from a checkpoint"
+                )
+            vocab = self._vocab_maps[device] = build_vocab_map(ids, self.config.vocab_size, device)
+        return vocab
+
+    def init_draft_head(self, head: TargetHead) -> None:
+        """Copy the target head's rows of the draft vocabulary into `lm_head` (frozen)."""
+        if self.lm_head is None:
+            return
+        ids = self.vocab_map(head.lm_head.weight.device).draft_to_target
+        with torch.no_grad():
+            rows = head.lm_head.weight.index_select(0, ids)
+            self.lm_head.weight.copy_(rows.to(self.lm_head.weight))
+
+    def head_weight(self, head: TargetHead) -> Tensor:
+        """The weight [D, H] the draft's logits come from (the target's [V, H] without a draft
+        vocabulary)."""
+        return head.lm_head.weight if self.lm_head is None else self.lm_head.weight
+
+    def vocab_logits(self, hidden: Tensor, head: TargetHead) -> Tensor:
+        """Logits [.., D] over the draft vocabulary (the target's head without one)."""
+        if self.lm_head is None:
+            return head.logits(hidden)
+        return self.lm_head(hidden.to(self.lm_head.weight.dtype))
+
+    def to_draft_labels(self, labels: Tensor) -> tuple[Tensor, Tensor]:
+        """Draft ids of target-id `labels` and where they exist (see draft_vocab.py)."""
+        return to_draft_labels(labels, self.vocab_map(labels.device))
+
+    def to_target_ids(self, ids: Tensor) -> Tensor:
+        """Target ids of draft ids."""
+        return to_target_ids(ids, self.vocab_map(ids.device))
 
     @property
     def compute_dtype(self) -> torch.dtype:

@@ -34,10 +34,29 @@ class DFlashDraftConfig(Qwen3Config):
     # Draft blocks attend in both directions; vLLM reads this key to pick the attention mode.
     is_causal: bool = False
     dflash_config: dict | None = None
+    # The draft vocabulary (models/draft_vocab.py): its size, the key vLLM and speculators read,
+    # and its tokens as ascending target ids (specdraft's own key; the exports turn it into the
+    # engines' d2t / t2d tensors). None: the target's whole vocabulary.
+    draft_vocab_size: int | None = None
+    draft_vocab_ids: list[int] | None = None
 
     def __post_init__(self, **kwargs: Any) -> None:
         super().__post_init__(**kwargs)
         self.dflash_config = self._serving_keys()
+        ids, size = self.draft_vocab_ids, self.draft_vocab_size
+        if ids is not None and len(ids) != size:
+            raise ValueError(
+                f"draft_vocab_ids holds {len(ids)} tokens but draft_vocab_size is {size}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as a dict; without a draft vocabulary its two keys are left out, so a
+        full-vocabulary draft's config.json is what it was before they existed."""
+        out = super().to_dict()
+        if self.draft_vocab_size is None and self.draft_vocab_ids is None:
+            out.pop("draft_vocab_size", None)
+            out.pop("draft_vocab_ids", None)
+        return out
 
     def _serving_keys(self) -> dict:
         """The nested `dflash_config` that SGLang reads first."""
@@ -92,12 +111,19 @@ def backbone_kwargs(model_cfg: Any, target_config: Any) -> dict:
         "target_layer_ids": [int(i) for i in model_cfg.target_layer_ids],
         "num_target_layers": int(text.num_hidden_layers),
         "mask_token_id": int(model_cfg.mask_token_id),
+        "draft_vocab_size": model_cfg.draft_vocab_size,
     }
 
 
 def check_backbone(backbone: dict[str, Any], model_cfg: Any) -> None:
     """Errors every family would otherwise hit as a shape mismatch deep inside the model."""
     vocab = backbone["vocab_size"]
+    draft_vocab = backbone.get("draft_vocab_size")
+    if draft_vocab is not None and draft_vocab > vocab:
+        raise ValueError(
+            f"model.draft_vocab_size = {draft_vocab} is larger than the target vocabulary "
+            f"({vocab} tokens) of {model_cfg.target}; use at most {vocab}, or drop it"
+        )
     if backbone["mask_token_id"] >= vocab:
         raise ValueError(
             f"model.mask_token_id = {backbone['mask_token_id']} is outside the target vocabulary "

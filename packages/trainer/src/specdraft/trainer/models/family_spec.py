@@ -54,6 +54,8 @@ class VllmLayout:
     top_level_keys: Callable[[Mapping[str, Any]], dict[str, Any]] = no_keys
     # Why vLLM cannot build this draft (its HF config), or None when it can.
     cannot_build: Callable[[Any], str | None] = builds_anything
+    # Why vLLM cannot serve this family with a draft vocabulary (draft_vocab_size), or None.
+    no_draft_vocab: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class SpeculatorsLayout:
     architecture: str
     # The family's top-level keys, from the draft's config.json.
     keys: Callable[[Mapping[str, Any]], dict[str, Any]] = no_keys
+    # Why speculators cannot load this family with a draft vocabulary, or None.
+    no_draft_vocab: str | None = None
 
 
 # FLOP terms a family adds: name -> (forward FLOPs, forward+backward multiplier).

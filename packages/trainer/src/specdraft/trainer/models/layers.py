@@ -19,7 +19,7 @@ Layer forward signature, shared by every draft family:
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -198,3 +198,15 @@ class DFlashDecoderLayer(nn.Module):
         """One draft layer; see the module docstring for the signature."""
         hidden = hidden + self.self_attn(self.input_layernorm(hidden), context, rotary, mask)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+def plain_layer(config: Any) -> DFlashDecoderLayer:
+    """A DFlash decoder layer of a draft config's shape (no in-block convolution)."""
+    return DFlashDecoderLayer(
+        config.hidden_size,
+        config.intermediate_size,
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        config.head_dim,
+        config.rms_norm_eps,
+    )

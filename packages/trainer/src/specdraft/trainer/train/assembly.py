@@ -2,8 +2,9 @@
 
 The order matters and is explicit: seed; target head; the one shape policy (pad lengths x anchor
 widths, built once and handed to the sampler, the batch builder, the backend and evaluation);
-data; sampler; draft (fp32 master weights); backend options; prepare (compile blocks in place,
-then shard); optimizer and schedule; evaluation; resume.
+data; sampler; the draft vocabulary (from the data); draft (fp32 master weights); backend
+options; prepare (compile blocks in place, then shard); optimizer and schedule; evaluation;
+resume.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from specdraft.config.sampler_mode import sampler_mode
 from ..backends import BackendOptions, backend_options_from_config, prepare
 from ..runtime import DistContext, barrier
 from ..runtime.private import run_folder
+from ..vocab import draft_vocab_for_run
 from .checkpoint_policy import CheckpointPolicy
 from .metrics import metrics_writer
 from .resume import resume_trainer
@@ -152,9 +154,24 @@ def build_trainer(
             fingerprint=data.fingerprint,
         )
 
+    # The draft vocabulary (model.draft_vocab_size) from the training data's supervised labels.
+    vocab = draft_vocab_for_run(
+        config,
+        None if data is None else data.dataset,
+        head.vocab_size,
+        write=ctx.is_main,
+        progress=progress and ctx.is_main,
+    )
     # fp32 master weights; the backend computes in options.param_dtype.
     torch.manual_seed(training.seed)
-    draft = build_draft(config.model, target_config, dtype=torch.float32, device=ctx.device)
+    draft = build_draft(
+        config.model,
+        target_config,
+        dtype=torch.float32,
+        device=ctx.device,
+        draft_vocab=None if vocab is None else vocab.ids,
+    )
+    draft.init_draft_head(head)
     draft_config = draft.config
     backend = prepare(draft, options)
     optimizer = torch.optim.AdamW(

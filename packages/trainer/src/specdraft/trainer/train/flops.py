@@ -42,6 +42,7 @@ import torch
 from specdraft.collate import ANCHOR_WIDTH
 
 from ..models.config import DFlashDraftConfig
+from ..models.draft_vocab import logits_size
 from ..models.family import family_of_config
 from ..models.family_spec import NO_GRAD, ONE_GRAD, TRAINABLE, DraftFamily
 from .peak import Peak, resolve_peak
@@ -102,7 +103,7 @@ def _objective_parts(
     """The head and the family's heads over `rows` slots, `recomputed_rows` of them checkpointed."""
 
     def forwards(count: int) -> dict[str, tuple[int, int]]:
-        out = {"head": (2 * count * config.hidden_size * config.vocab_size, ONE_GRAD)}
+        out = {"head": (2 * count * config.hidden_size * logits_size(config), ONE_GRAD)}
         out.update(family.head_flops(config, count))
         return out
 

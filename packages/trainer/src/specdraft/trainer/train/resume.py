@@ -11,13 +11,21 @@ from `metrics.jsonl`.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..integrity import CorruptFile
 from ..runtime import DistContext
-from .checkpoint import complete_checkpoints, load_checkpoint, resolve_resume, verify_checkpoint
+from .checkpoint import (
+    CheckpointMismatch,
+    complete_checkpoints,
+    load_checkpoint,
+    resolve_resume,
+    verify_checkpoint,
+)
 from .trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -59,6 +67,7 @@ def resume_trainer(
         allow_changed=allowed,
         verified=verified,
     )
+    check_draft_vocab(checkpoint, trainer.output.draft_config)
     trainer.restore(loaded)
     # Never pruned by this run, and not saved again if the run has no step left.
     trainer.checkpoints.protected = checkpoint
@@ -87,6 +96,29 @@ def resume_trainer(
                 trainer.step,
             )
     return checkpoint
+
+
+def check_draft_vocab(checkpoint: Path, draft_config: Any) -> None:
+    """Refuse a checkpoint whose draft vocabulary differs from the one this run chose.
+
+    The size is in the run fingerprint; the tokens follow from the training data, so they differ
+    only when the data changed (`--allow-changed data`): the checkpoint's head rows would then
+    be other tokens' rows.
+    """
+    config_file = checkpoint / "config.json"
+    if draft_config is None or not config_file.is_file():
+        return
+    saved = json.loads(config_file.read_text()).get("draft_vocab_ids")
+    current = getattr(draft_config, "draft_vocab_ids", None)
+    if saved == current:
+        return
+    differ = len(set(saved or ()) ^ set(current or ()))
+    raise CheckpointMismatch(
+        f"cannot resume from {checkpoint}: its draft vocabulary differs from the one chosen "
+        f"from this run's training data ({differ} tokens differ; the data changed since the "
+        "checkpoint), so its head rows belong to other tokens\nresume with the original "
+        "training data, or start a new run (new output_dir)"
+    )
 
 
 def newest_that_verifies(output_dir: Path, ctx: DistContext) -> Path:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from ..family_spec import DraftFamily, SpeculatorsLayout, VllmLayout, no_options, no_target_check
+from ..offsets import OFFSET_METRIC_RATIOS
 from .hf_config import DFLASH_ARCHITECTURE, DFlashConfig
-from .model import DFLASH_METRIC_RATIOS, DFlashDraftModel
+from .model import DFlashDraftModel
 
 FAMILY = DraftFamily(
     name="dflash",
@@ -16,7 +17,7 @@ FAMILY = DraftFamily(
     sglang_algorithm="DFLASH",
     config_options=no_options,
     check_target=no_target_check,
-    metric_ratios=DFLASH_METRIC_RATIOS,
+    metric_ratios=OFFSET_METRIC_RATIOS,
     vllm=VllmLayout(architecture=DFLASH_ARCHITECTURE, method="dflash"),
     speculators=SpeculatorsLayout(model_type="dflash", architecture="DFlashSpeculator"),
 )

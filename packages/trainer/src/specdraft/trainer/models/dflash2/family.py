@@ -45,10 +45,12 @@ def _check_target(model_cfg: ModelConfig, backbone: dict[str, Any]) -> None:
             f"model.dflash2.conv_group_size = {group} does not divide the target hidden size "
             f"{backbone['hidden_size']}; use a divisor such as 16"
         )
-    if opts.selector_top_k > backbone["vocab_size"]:
+    # The candidates are a top-k of the draft's logits: over the draft vocabulary when set.
+    vocab = backbone.get("draft_vocab_size") or backbone["vocab_size"]
+    if opts.selector_top_k > vocab:
         raise ValueError(
             f"model.dflash2.selector_top_k = {opts.selector_top_k} exceeds the "
-            f"vocabulary size {backbone['vocab_size']}; use 16"
+            f"vocabulary size {vocab} the draft proposes from; use 16"
         )
 
 
@@ -88,9 +90,18 @@ FAMILY = DraftFamily(
         ),
         training_keys=("selector_loss_weight", "selector_gold_policy"),
         dflash_config_keys=_serving_keys,
+        no_draft_vocab=(
+            "vLLM 0.32's DFlash2 speculator takes its top-k candidates from the draft head "
+            "(compute_candidates) without mapping them through d2t, so a pruned head would "
+            "propose draft ids as target ids"
+        ),
     ),
     speculators=SpeculatorsLayout(
-        model_type="dflash2", architecture="DFlash2DraftModel", keys=_serving_keys
+        model_type="dflash2",
+        architecture="DFlash2DraftModel",
+        keys=_serving_keys,
+        no_draft_vocab="speculators 0.9.0's DFlash2DraftModel requires the full verifier "
+        "vocabulary (draft_vocab_size = vocab_size)",
     ),
     layer_flops=_layer_flops,
     head_flops=_head_flops,

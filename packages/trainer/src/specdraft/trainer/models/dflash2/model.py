@@ -2,12 +2,14 @@
 
 Loss per kept block at offsets k = 1..bs-1 (offset k predicts the token at anchor + k):
 
-    w_k = exp(-(k-1)/gamma) * loss_mask[anchor + k]
+    w_k = exp(-(k-1)/gamma) * loss_mask[anchor + k]   (offsets.py; 0 outside a draft vocab)
     numerator   = sum w_k * CE(logits_k, token_k) + selector_loss_weight * sum w_k * u_k * CE_sel
     denominator = sum w_k
 
 where u_k is 1 when the position takes part in the selector loss (always with 'insert'; only
-when the gold token is among the top-k with 'exclude').
+when the gold token is among the top-k with 'exclude'). With a draft vocabulary the top-k
+candidates are draft ids; the codebooks are indexed by target ids (the previous token is any
+target token), so candidates are mapped to target ids before their codebook rows are read.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from torch.nn.attention.flex_attention import BlockMask
 from transformers import initialization as init
 
 from ..backbone import BlockTargets, DraftModel
-from ..dflash.model import DFLASH_METRIC_RATIOS, offset_ce, offset_metrics, offset_slots
 from ..layers import DFlashDecoderLayer, RotaryTables
 from ..losses import LOSS_WEIGHT, DraftLoss, MetricRatios, chunked_sums
+from ..offsets import OFFSET_METRIC_RATIOS, offset_ce, offset_metrics, offset_slots
 from ..spec import DraftTrainSpec
 from ..target import TargetHead
 from .conv import BlockDepthwiseConv
@@ -30,7 +32,7 @@ from .selector import CandidateSelector, candidate_set
 
 # The DFlash rates plus the selector's (see losses.MetricRatios).
 DFLASH2_METRIC_RATIOS: MetricRatios = {
-    **DFLASH_METRIC_RATIOS,
+    **OFFSET_METRIC_RATIOS,
     "loss/selector_ce": ("selector_weighted_ce", LOSS_WEIGHT),
     "selector/recall": ("selector_recall_hits", "count"),
     "selector/accuracy": ("selector_correct", "selector_count"),
@@ -113,34 +115,44 @@ class DFlash2DraftModel(DraftModel):
         codebook lookups and backward are skipped: its parameters get no gradient and the
         selector metrics (`selector_*`) are left out rather than reported as zeros.
         """
-        slots = offset_slots(targets, self.block_size, spec.loss_decay_gamma, hidden)
+        slots = offset_slots(targets, self.block_size, spec.loss_decay_gamma, hidden, self)
         config = self.config
         selector = self.candidate_selector if config.selector_loss_weight != 0 else None
 
-        def chunk_sums(hidden_c: Tensor, labels_c: Tensor, previous_c: Tensor, weights_c: Tensor):
-            ce = offset_ce(hidden_c, labels_c, weights_c, head)
+        def logits_of(rows: Tensor) -> Tensor:
+            return self.vocab_logits(rows, head)
+
+        def chunk_sums(hidden_c, labels_c, previous_c, weights_c, supervised_c):
+            ce = offset_ce(hidden_c, labels_c, weights_c, supervised_c, logits_of)
             if selector is None:
                 return ce.sums
             cands = candidate_set(
                 ce.logits, ce.labels, config.selector_top_k, config.selector_gold_policy
             )
-            scores = selector.score(ce.predicted, previous_c.reshape(-1), cands.tokens, cands.unary)
+            scores = selector.score(
+                ce.predicted,
+                previous_c.reshape(-1),
+                self.to_target_ids(cands.tokens),
+                cands.unary,
+            )
             selector_ce = F.cross_entropy(scores, cands.target, reduction="none")
+            # A gold token outside the draft vocabulary has weight 0: 'insert' puts draft id 0
+            # in its place, which never trains and never counts.
             selector_sum = (selector_ce * (ce.weights * cands.usable)).sum()
-            used = ce.supervised & cands.usable
+            used = ce.trained & cands.usable
             selector_correct = (scores.argmax(-1) == cands.target) & used
             return (
                 ce.sums[0] + config.selector_loss_weight * selector_sum,
                 *ce.sums[1:],
                 selector_sum.detach(),
-                (cands.hit & ce.supervised).sum().float(),
+                (cands.hit & ce.trained).sum().float(),
                 used.sum().float(),
                 selector_correct.sum().float(),
             )
 
         sums = chunked_sums(
             chunk_sums,
-            (hidden, slots.labels, slots.previous, slots.weights),
+            (hidden, slots.labels, slots.previous, slots.weights, slots.supervised),
             spec.logits_chunk_blocks,
         )
         metrics = offset_metrics(sums[1:5], targets)
@@ -158,5 +170,8 @@ class DFlash2DraftModel(DraftModel):
         """Walk the selector's best path from the anchor over offsets 1..bs-1."""
         predicted = hidden[:, :, 1:]
         return self.candidate_selector.walk(
-            predicted, lambda step: head.logits(predicted[:, :, step]), anchor_tokens
+            predicted,
+            lambda step: self.vocab_logits(predicted[:, :, step], head),
+            anchor_tokens,
+            self.to_target_ids,
         )

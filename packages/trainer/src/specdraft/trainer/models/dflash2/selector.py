@@ -16,6 +16,7 @@ the gold token. Either way the miss is counted (candidate recall).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -82,12 +83,20 @@ class CandidateSelector(nn.Module):
         return upcast(unary) + upcast(pair)
 
     @torch.no_grad()
-    def walk(self, hidden: Tensor, logits_of, anchor_tokens: Tensor) -> Tensor:
-        """Greedy path [.., P] from the anchor; hidden [.., P, H], logits_of(step) -> [.., V]."""
+    def walk(
+        self,
+        hidden: Tensor,
+        logits_of: Callable[[int], Tensor],
+        anchor_tokens: Tensor,
+        to_target: Callable[[Tensor], Tensor] = lambda ids: ids,
+    ) -> Tensor:
+        """Greedy path [.., P] of target ids from the anchor; hidden [.., P, H],
+        logits_of(step) -> [.., D] over the draft vocabulary, `to_target` its ids' target ids."""
         previous = anchor_tokens
         chosen = []
         for step in range(hidden.shape[-2]):
-            unary, tokens = torch.topk(upcast(logits_of(step)), self.top_k, dim=-1)
+            unary, candidates = torch.topk(upcast(logits_of(step)), self.top_k, dim=-1)
+            tokens = to_target(candidates)
             scores = self.score(hidden[..., step, :], previous, tokens, unary)
             previous = tokens.gather(-1, scores.argmax(-1, keepdim=True)).squeeze(-1)
             chosen.append(previous)

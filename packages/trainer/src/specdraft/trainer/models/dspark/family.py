@@ -8,6 +8,7 @@ from typing import Any
 from specdraft.config import ModelConfig
 from specdraft.config.families.dspark import dspark_options
 
+from ..draft_vocab import logits_size
 from ..family_spec import (
     NO_GRAD,
     TRAINABLE,
@@ -64,7 +65,7 @@ def _speculators_keys(config: Mapping[str, Any]) -> dict[str, Any]:
 def _head_flops(config: DSparkConfig, slots: int) -> FlopTerms:
     """Markov 2 R r V (+ gate 2 R (H + r) r, or rnn 2 R (2r + H) 3r), confidence, target head."""
     hidden, rank, vocab = config.hidden_size, config.markov_rank, config.vocab_size
-    markov = 2 * slots * rank * vocab
+    markov = 2 * slots * rank * logits_size(config)
     if config.markov_head_type == "gated":
         markov += 2 * slots * (hidden + rank) * rank
     elif config.markov_head_type == "rnn":

@@ -8,6 +8,9 @@ Parameter names follow SGLang's DSpark loader (`markov_head.markov_w1` / `markov
 - rnn:     a gated recurrent state runs along the block: z = [s, E1[prev], h] -> gate, candidate,
            output; s' = g * s + (1 - g) * tanh(candidate); bias = W2(tanh(output)).
 Training teacher-forces `prev` (the gold previous token); inference feeds back its own choice.
+E1 embeds the previous token by its target id (V rows); W2 projects to the logits' vocabulary:
+the target's, or the draft vocabulary's D ids (models/draft_vocab.py), as vLLM and speculators
+build it.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ MARKOV_TYPES = ("vanilla", "gated", "rnn")
 class VanillaMarkov(nn.Module):
     """bias = W2(E1[prev]) (rank-r previous-token bias)."""
 
-    def __init__(self, vocab_size: int, rank: int, hidden_size: int) -> None:
+    def __init__(
+        self, vocab_size: int, rank: int, hidden_size: int, logits_size: int | None = None
+    ) -> None:
         super().__init__()
         del hidden_size  # the vanilla head does not look at the draft state
         self.rank = rank
         self.markov_w1 = nn.Embedding(vocab_size, rank)
-        self.markov_w2 = nn.Linear(rank, vocab_size, bias=False)
+        self.markov_w2 = nn.Linear(rank, logits_size or vocab_size, bias=False)
 
     def embed(self, previous: Tensor) -> Tensor:
         """E1[prev]: [..] -> [.., r]."""
@@ -50,8 +55,10 @@ class VanillaMarkov(nn.Module):
 class GatedMarkov(VanillaMarkov):
     """bias = W2(sigmoid(gate_proj([h, E1[prev]])) * E1[prev])."""
 
-    def __init__(self, vocab_size: int, rank: int, hidden_size: int) -> None:
-        super().__init__(vocab_size, rank, hidden_size)
+    def __init__(
+        self, vocab_size: int, rank: int, hidden_size: int, logits_size: int | None = None
+    ) -> None:
+        super().__init__(vocab_size, rank, hidden_size, logits_size)
         self.gate_proj = nn.Linear(hidden_size + rank, rank)
 
     def block_bias(self, hidden: Tensor, previous: Tensor) -> Tensor:
@@ -68,8 +75,10 @@ class GatedMarkov(VanillaMarkov):
 class RNNMarkov(VanillaMarkov):
     """A gated recurrent state along the block (see module docstring)."""
 
-    def __init__(self, vocab_size: int, rank: int, hidden_size: int) -> None:
-        super().__init__(vocab_size, rank, hidden_size)
+    def __init__(
+        self, vocab_size: int, rank: int, hidden_size: int, logits_size: int | None = None
+    ) -> None:
+        super().__init__(vocab_size, rank, hidden_size, logits_size)
         self.joint_proj = nn.Linear(2 * rank + hidden_size, 3 * rank)
 
     def initial_state(self, like: Tensor) -> Tensor:
@@ -94,14 +103,17 @@ class RNNMarkov(VanillaMarkov):
         return torch.stack(biases, dim=-2)
 
 
-def build_markov_head(kind: str, vocab_size: int, rank: int, hidden_size: int) -> VanillaMarkov:
-    """The Markov head of type `kind` ('vanilla' | 'gated' | 'rnn')."""
+def build_markov_head(
+    kind: str, vocab_size: int, rank: int, hidden_size: int, logits_size: int | None = None
+) -> VanillaMarkov:
+    """The Markov head of type `kind` ('vanilla' | 'gated' | 'rnn'); its bias has
+    `logits_size` entries (the draft vocabulary's; default the target's `vocab_size`)."""
     heads = {"vanilla": VanillaMarkov, "gated": GatedMarkov, "rnn": RNNMarkov}
     if kind not in heads:
         raise ValueError(
             f"model.dspark.markov_type = {kind!r} is not one of {', '.join(MARKOV_TYPES)}"
         )
-    return heads[kind](vocab_size, rank, hidden_size)
+    return heads[kind](vocab_size, rank, hidden_size, logits_size)
 
 
 class ConfidenceHead(nn.Module):

@@ -11,6 +11,12 @@ supervised); supervision stops at the block's first unsupervised label. Per supe
 
 with t = `target_last_hidden_states` (the target's normed final state; its position anchor + k
 holds the target's distribution of the token at anchor + k + 1) and every probability in fp32.
+
+With a draft vocabulary (draft_vocab.py) the logits and the Markov bias are over the D draft
+ids (markov_w2 has D rows; markov_w1 still embeds the previous token by its target id, as vLLM
+and speculators build it). The draft puts no mass outside its vocabulary, so the L1 distance is
+sum over the draft ids |p_draft - p_target| plus the target's mass outside them, and a label
+outside the vocabulary adds no CE (it cannot be raised) and counts as a miss.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..backbone import BlockTargets, DraftModel
-from ..dflash.model import plain_layer
+from ..layers import plain_layer
 from ..losses import DraftLoss, MetricRatios, chunked_sums, decay_weights, leading_run, upcast
 from ..spec import DraftTrainSpec
 from ..target import TargetHead
@@ -63,7 +69,11 @@ class Qwen3DSparkModel(DraftModel):
     def __init__(self, config: DSparkConfig) -> None:
         super().__init__(config)
         self.markov_head = build_markov_head(
-            config.markov_head_type, config.vocab_size, config.markov_rank, config.hidden_size
+            config.markov_head_type,
+            config.vocab_size,
+            config.markov_rank,
+            config.hidden_size,
+            config.draft_vocab_size or config.vocab_size,
         )
         self.confidence_head = None
         if config.enable_confidence_head:
@@ -98,22 +108,25 @@ class Qwen3DSparkModel(DraftModel):
         config = self.config
         markov, confidence = self.markov_head, self.confidence_head
         use_target = config.l1_weight != 0 or confidence is not None
+        vocab = self.vocab_map(hidden.device)
 
         def chunk_sums(hidden_c, labels_c, previous_c, positions_c, weights_c):
             batch_size, chunk, slots, width = hidden_c.shape
             # One contiguous [rows, H] matrix: a chunk of blocks is a strided slice when B > 1,
             # and the head would run a batched matmul over it instead of a single mm.
             rows = hidden_c.reshape(-1, width)
-            labels_f, weights_f = labels_c.reshape(-1), weights_c.reshape(-1)
+            labels_f, in_vocab = self.to_draft_labels(labels_c.reshape(-1))
+            weights_f = weights_c.reshape(-1)
             bias = upcast(markov.block_bias(hidden_c, previous_c)).reshape(rows.shape[0], -1)
-            weight = head.lm_head.weight
+            weight = self.head_weight(head)
             if weight.dtype == bias.dtype:
                 # The Markov bias rides in the head's matmul (addmm) instead of a separate
                 # vocabulary-wide add; a bf16 head keeps its bf16 logits + fp32 bias below.
                 logits = torch.addmm(bias, rows.to(weight.dtype), weight.t())
             else:
-                logits = upcast(head.logits(rows)) + bias
+                logits = upcast(self.vocab_logits(rows, head)) + bias
             supervised = weights_f > 0
+            l1 = accept = None
             if use_target:
                 log_probs = torch.log_softmax(logits, -1)
                 token_ce = F.nll_loss(log_probs, labels_f, reduction="none")
@@ -121,13 +134,26 @@ class Qwen3DSparkModel(DraftModel):
                 target_hidden = torch.gather(target_last, 1, index).view(-1, width)
                 with torch.no_grad():
                     target_probs = torch.softmax(upcast(head.logits(target_hidden)), -1)
+                    outside = None
+                    if vocab is not None:
+                        target_probs = target_probs[:, vocab.draft_to_target]
+                        outside = (1.0 - target_probs.sum(-1)).clamp_min(0.0)
                 # One fused |.| + sum pass (same gradient as abs().sum(): sign * grad).
                 l1 = torch.linalg.vector_norm(log_probs.exp() - target_probs, ord=1, dim=-1)
+                if outside is not None:
+                    l1 = l1 + outside  # the target's mass the draft cannot propose
                 accept = (1.0 - l1.detach() / 2.0).clamp(0.0, 1.0)
-                per_token = config.ce_weight * token_ce + config.l1_weight * l1
             else:
                 token_ce = F.cross_entropy(logits, labels_f, reduction="none")
-                per_token = config.ce_weight * token_ce
+            if vocab is not None:
+                # A label the draft cannot propose: no CE to train, and never correct.
+                token_ce = token_ce * in_vocab
+                supervised_correct = supervised & in_vocab
+            else:
+                supervised_correct = supervised
+            per_token = config.ce_weight * token_ce
+            if l1 is not None:
+                per_token = per_token + config.l1_weight * l1
             bce = None
             if confidence is not None:
                 logit = upcast(confidence(hidden_c, markov.embed(previous_c))).reshape(-1)
@@ -136,7 +162,7 @@ class Qwen3DSparkModel(DraftModel):
             # The loss before the metrics: a checkpointed chunk's recompute stops after the last
             # op whose tensors the backward needs, so the argmax below is not run a second time.
             loss_sum = (per_token * weights_f).sum()
-            correct = ((logits.argmax(-1) == labels_f) & supervised).view(labels_c.shape)
+            correct = ((logits.argmax(-1) == labels_f) & supervised_correct).view(labels_c.shape)
 
             def masked(values: Tensor) -> Tensor:
                 return (values.detach() * supervised).sum()
@@ -181,7 +207,7 @@ class Qwen3DSparkModel(DraftModel):
         for slot in range(self.block_size - 1):
             slot_hidden = hidden[:, :, slot]
             state, bias = markov.step(state, slot_hidden, previous)
-            logits = upcast(head.logits(slot_hidden)) + upcast(bias)
-            previous = logits.argmax(-1)
+            logits = upcast(self.vocab_logits(slot_hidden, head)) + upcast(bias)
+            previous = self.to_target_ids(logits.argmax(-1))
             chosen.append(previous)
         return torch.stack(chosen, dim=-1)

@@ -6,11 +6,12 @@ the aux convention of layer_ids.py, `mask_token_id`, `sliding_window_non_causal`
 `sample_from_anchor`), `models/dflash2/config.py` (the conv and selector keys),
 `models/dspark/config.py` (the Markov and confidence keys) and `config.py` (`speculators_config`:
 algorithm, proposal methods, verifier). Module names equal specdraft's, so model.safetensors is
-the sglang export's file, byte for byte. vLLM converts this format in
-`transformers_utils/configs/speculators/algos.py`, which sets `dflash_config.causal` to
-`not sliding_window_non_causal`: specdraft's blocks are bidirectional, hence true. The
-per-family part (model type, architecture, keys) is the family's `SpeculatorsLayout` in
-models/<family>/family.py.
+the sglang export's file, byte for byte; a draft vocabulary adds its `lm_head` rows (saved with
+the draft), `draft_vocab_size` and the `t2d` / `d2t` buffers (draft_vocab.py). vLLM converts
+this format in `transformers_utils/configs/speculators/algos.py`, which sets
+`dflash_config.causal` to `not sliding_window_non_causal`: specdraft's blocks are
+bidirectional, hence true. The per-family part (model type, architecture, keys) is the
+family's `SpeculatorsLayout` in models/<family>/family.py.
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from safetensors.torch import load_file, save_file
+
 from ...models.backbone import DraftModel
 from ...models.family_spec import DraftFamily
+from .draft_vocab import refuse_draft_vocab, vocab_tensors
 from .layer_ids import aux_hidden_state_ids
 from .options import ExportOptions
 from .source import ExportRefused
@@ -88,7 +92,7 @@ def speculators_config(
         "speculators_version": SPECULATORS_VERSION,
         "dtype": config.get("dtype"),
         "transformer_layer_config": layers,
-        "draft_vocab_size": int(config["vocab_size"]),
+        "draft_vocab_size": int(config.get("draft_vocab_size") or config["vocab_size"]),
         "target_hidden_size": int(config["hidden_size"]),
         "block_size": block_size,
         "aux_hidden_state_layer_ids": aux_hidden_state_ids(config["target_layer_ids"]),
@@ -124,10 +128,19 @@ def write_speculators(model: DraftModel, folder: Path, options: ExportOptions) -
             "records and loads the embeddings and LM head from"
         )
     family = family_of_architecture(type(model).__name__)
+    if family.speculators is not None:
+        refuse_draft_vocab(
+            model, "speculators", family.speculators.no_draft_vocab, options.checkpoint
+        )
     model.save_pretrained(str(folder), safe_serialization=True)
     config_file = folder / "config.json"
     config = json.loads(config_file.read_text())
     architectures = verifier_architectures(options.verifier, config)
     out = speculators_config(family, config, options.verifier, architectures)
     config_file.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    added = vocab_tensors(model, with_t2d=True)
+    if added:
+        weights_file = folder / "model.safetensors"
+        tensors = {**load_file(str(weights_file)), **added}
+        save_file(tensors, str(weights_file), metadata={"format": "pt"})
     return []

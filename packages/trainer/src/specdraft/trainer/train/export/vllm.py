@@ -10,7 +10,8 @@ vanilla Markov head only. `v1/worker/gpu/spec_decode/dflash/speculator.py` refus
 `dflash_config.sample_from_anchor = true` (DFlash's anchor is the bonus token), while the DSpark
 speculator reads a top-level `sample_from_anchor`, default true. Weights: the loaders prefix
 every name with `model.` and read the draft's own modules; embed_tokens and lm_head are shared
-from the target when absent, as specdraft's drafts have none.
+from the target when absent, as full-vocabulary drafts have none. A draft vocabulary ships its
+`lm_head` rows, `draft_vocab_size` and `d2t` (draft_vocab.py).
 
 What differs per family (architecture, tensors, keys, what vLLM cannot build) is the family's
 `VllmLayout` in models/<family>/family.py; this module applies it.
@@ -27,6 +28,7 @@ from safetensors.torch import load_file, save_file
 
 from ...models.backbone import DraftModel
 from ...models.family_spec import DraftFamily, VllmLayout
+from .draft_vocab import refuse_draft_vocab, vocab_tensors, without_specdraft_keys
 from .layer_ids import engine_layer_ids
 from .options import ExportOptions
 from .source import ExportRefused
@@ -42,9 +44,13 @@ _BACKBONE = (
 )
 
 
+# A draft vocabulary's own head and its draft -> target offsets (draft_vocab.py).
+_DRAFT_VOCAB = (r"lm_head\.weight", r"d2t")
+
+
 def loaded_by_vllm(family: DraftFamily, name: str) -> bool:
     """Whether vLLM's loader of `family` reads the draft tensor `name`."""
-    patterns = _BACKBONE + vllm_layout(family, "the draft").tensors
+    patterns = _BACKBONE + _DRAFT_VOCAB + vllm_layout(family, "the draft").tensors
     return any(re.fullmatch(pattern, name) for pattern in patterns)
 
 
@@ -68,7 +74,7 @@ def check_vllm_can_build(family: DraftFamily, config: Any, checkpoint: str) -> N
 def vllm_config(family: DraftFamily, config: dict[str, Any]) -> dict[str, Any]:
     """vLLM's config.json from the draft's own (the dict `save_pretrained` wrote)."""
     layout = vllm_layout(family, "the draft")
-    out = {k: v for k, v in config.items() if k not in layout.training_keys}
+    out = {k: v for k, v in without_specdraft_keys(config).items() if k not in layout.training_keys}
     out["architectures"] = [layout.architecture]
     # DFlash and DFlash2 slot k predicts anchor + k (the anchor is the bonus token); DSpark's
     # slot k predicts anchor + k + 1, so its anchor is the first prediction.
@@ -95,13 +101,16 @@ def write_vllm(model: DraftModel, folder: Path, options: ExportOptions) -> list[
 
     family = family_of_architecture(type(model).__name__)
     check_vllm_can_build(family, model.config, options.checkpoint)
+    layout = vllm_layout(family, options.checkpoint)
+    refuse_draft_vocab(model, "vllm", layout.no_draft_vocab, options.checkpoint)
     model.save_pretrained(str(folder), safe_serialization=True)
     config_file, weights_file = folder / "config.json", folder / "model.safetensors"
     config = vllm_config(family, json.loads(config_file.read_text()))
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     tensors = load_file(str(weights_file))
     left_out = sorted(name for name in tensors if not loaded_by_vllm(family, name))
-    if left_out:
+    added = vocab_tensors(model, with_t2d=False)  # t2d: vLLM skips it
+    if left_out or added:
         kept = {name: t for name, t in tensors.items() if name not in left_out}
-        save_file(kept, str(weights_file), metadata={"format": "pt"})
+        save_file({**kept, **added}, str(weights_file), metadata={"format": "pt"})
     return left_out
