@@ -177,7 +177,7 @@ def test_evaluation_pads_each_record_with_the_policy(policy):
     totals = [50, 200, 300]
     records = [EvalRecord(torch.arange(n), n // 2, torch.ones(n, WIDTH)) for n in totals]
     ctx = DistContext(0, 1, 0, torch.device("cpu"))
-    evaluate_acceptance(records, predict, block_size=4, num_anchors=256, pad_to=pad_to, ctx=ctx)
+    evaluate_acceptance(records, predict, block_size=4, num_anchors=256, shapes=shapes, ctx=ctx)
     assert all(ids == feats for ids, feats in seen)
     # One call per record (num_anchors covers every anchor), in record order.
     assert [ids for ids, _ in seen] == [expected_length(pad_to, n) for n in totals]

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from train_support import single_thread
 
+from specdraft.config import ShapePolicy
 from specdraft.trainer.runtime import DistContext
 from specdraft.trainer.train.evaluation import (
     build_eval_records,
@@ -132,7 +133,12 @@ def test_tau_of_the_target_as_its_own_draft_is_maximal(records):
     target, built = records
     assert sum(int(r.input_ids.shape[0]) - r.prompt_len for r in built) > 60
     result = evaluate_acceptance(
-        built, target_as_draft(target), block_size=8, num_anchors=16, pad_to=None, ctx=CPU
+        built,
+        target_as_draft(target),
+        block_size=8,
+        num_anchors=16,
+        shapes=ShapePolicy(pad_to=None),
+        ctx=CPU,
     )
     best = [
         simulate_acceptance(
@@ -154,7 +160,12 @@ def test_tau_of_a_random_draft_is_near_one(records):
     target, built = records
     vocab = int(target.config.vocab_size)
     result = evaluate_acceptance(
-        built, random_draft(vocab), block_size=8, num_anchors=16, pad_to=(128,), ctx=CPU
+        built,
+        random_draft(vocab),
+        block_size=8,
+        num_anchors=16,
+        shapes=ShapePolicy(pad_to=(128,)),
+        ctx=CPU,
     )
     assert 1.0 <= result["tau"] < 1.05
     assert result["accept_rate_per_pos"][0] < 0.05

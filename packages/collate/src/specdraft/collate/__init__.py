@@ -3,13 +3,7 @@
 from specdraft.config import ShapePolicy
 
 from .accounting import BucketStats, PaddingReport, account_padding, plan_micro_batches
-from .lengths import (
-    PadTo,
-    check_pad_to,
-    describe_pad_to,
-    resolve_static_length,
-    static_pad_length,
-)
+from .lengths import resolve_static_length, static_pad_length
 from .packed import (
     DOCUMENT_IDS,
     DOCUMENT_SAMPLE_IDS,
@@ -42,15 +36,12 @@ __all__ = [
     "BucketStats",
     "DataCollatorWithPadding",
     "MicroBatchSampler",
-    "PadTo",
     "PaddingReport",
     "ShapePolicy",
     "account_padding",
     "anchor_counts",
     "batch_anchor_width",
     "bucket_cost",
-    "check_pad_to",
-    "describe_pad_to",
     "grid_weights",
     "optimal_buckets",
     "pack_first_fit_decreasing",

@@ -12,10 +12,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specdraft.config import ShapePolicy
+from specdraft.config import PadTo, ShapePolicy, check_pad_to
 from specdraft.config.sampler_mode import BUCKET_DEPENDENT_MODES, SamplerMode, check_sampler_mode
 
-from .lengths import PadTo, check_pad_to, resolve_static_length
 from .samplers import MicroBatch, MicroBatchSampler, chunk, length_grouped_order, random_order
 
 
@@ -149,8 +148,8 @@ def account_micro_batches(
     lengths: Sequence[int], micro_batches: Sequence[MicroBatch], pad_to: PadTo
 ) -> tuple[int, int, tuple[BucketStats, ...]]:
     """(real tokens, computed positions, per-bucket stats) of given micro-batches under pad_to."""
-    pad_to = check_pad_to(pad_to)
-    static = () if pad_to is None else (pad_to,) if isinstance(pad_to, int) else pad_to
+    policy = ShapePolicy.of(pad_to)
+    static = policy.lengths
     counts = dict.fromkeys(static, 0)
     samples = dict.fromkeys(static, 0)
     real = dict.fromkeys(static, 0)
@@ -159,11 +158,11 @@ def account_micro_batches(
     non_empty = [batch for batch in micro_batches if batch]
     for batch in non_empty:
         batch_lengths = [lengths[i] for i in batch]
-        padded = resolve_static_length(max(batch_lengths), pad_to)
+        padded = policy.pad_length(max(batch_lengths))
         batch_real = sum(batch_lengths)
         total_real += batch_real
         total_computed += len(batch) * padded
-        if pad_to is not None:
+        if policy.static:
             counts[padded] += 1
             samples[padded] += len(batch)
             real[padded] += batch_real

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from specdraft.config import BUCKET_QUANTUM, ShapePolicy
+from specdraft.config import BUCKET_QUANTUM, PadTo, ShapePolicy
 from specdraft.config.sampler_mode import SamplerMode, bucket_free_mode, sampler_mode
 
 from .accounting import PaddingReport, account_padding, plan_micro_batches
@@ -22,7 +22,6 @@ from .anchor_accounting import (
 )
 from .histogram import length_histogram
 from .length_source import LengthSource
-from .lengths import PadTo, describe_pad_to, resolve_static_length
 from .packing_accounting import PackingStats, account_packing
 from .samplers import MicroBatch
 from .suggest import bucket_cost, grid_weights, optimal_buckets
@@ -139,7 +138,7 @@ def build_report(
             {
                 "name": name,
                 "pad_to": _jsonable(padding.pad_to),
-                "description": describe_pad_to(padding.pad_to),
+                "description": ShapePolicy.of(padding.pad_to).describe_lengths(),
                 "configured": padding.pad_to == pad_to and not shapes.packing,
                 "sampler": padding.sampler,
                 "micro_batches": padding.micro_batches,
@@ -519,14 +518,15 @@ def _explain_longest(report: dict[str, Any], config: Config, pad_to: PadTo, long
     ]
     if isinstance(pad_to, tuple):
         policies.append(("buckets", pad_to))
-    report["longest"] = {"longest": longest, "pads_to": resolve_static_length(longest, pad_to)}
+    pads_to = ShapePolicy.of(pad_to).pad_length(longest)
+    report["longest"] = {"longest": longest, "pads_to": pads_to}
     for name, policy in policies:
-        padded = resolve_static_length(longest, policy)
+        padded = ShapePolicy.of(policy).pad_length(longest)
         report["policies"].append(
             {
                 "name": name,
                 "pad_to": _jsonable(policy),
-                "description": describe_pad_to(policy),
+                "description": ShapePolicy.of(policy).describe_lengths(),
                 "configured": policy == pad_to,
                 "pads_to": padded,
                 "computed_positions": rows * padded,

@@ -3,22 +3,17 @@
 A pad policy (`PadTo`) is `None` (pad to the longest sample: dynamic shapes), an `int` (one fixed
 length, `data.max_length` under `static_shapes`) or an ascending tuple of shape buckets whose
 last entry is `max_length`. Runs build one `ShapePolicy` (`specdraft.config.ShapePolicy
-.from_config`) and hand it to every loader; these functions only keep the seed's names working.
+.from_config`) and hand it to every loader, which asks it (`pad_length`, `describe_lengths`);
+these two functions only keep the seed's public names working.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specdraft.config import PadTo, ShapePolicy, check_pad_to
+from specdraft.config import PadTo, ShapePolicy
 
-__all__ = [
-    "PadTo",
-    "check_pad_to",
-    "describe_pad_to",
-    "resolve_static_length",
-    "static_pad_length",
-]
+__all__ = ["resolve_static_length", "static_pad_length"]
 
 
 def resolve_static_length(longest: int, pad_to: PadTo | ShapePolicy) -> int:
@@ -31,8 +26,3 @@ def static_pad_length(static_shapes: bool, max_length: int, buckets: Sequence[in
     return ShapePolicy.from_parts(
         static_shapes=static_shapes, max_length=max_length, buckets=buckets
     ).pad_to
-
-
-def describe_pad_to(pad_to: PadTo | ShapePolicy) -> str:
-    """A short human form of a pad policy, for logs and reports."""
-    return ShapePolicy.of(pad_to).describe_lengths()

@@ -65,7 +65,7 @@ def pad_and_concatenate_features(
 ) -> dict[str, torch.Tensor]:
     """Zero-pad each key's per-token tensors to the batch's pad length and stack them into [B, ...].
 
-    The pad length is `resolve_static_length(longest input_ids, pad_to)`. A feature with more rows
+    The pad length is the policy's `pad_length(longest input_ids)`. A feature with more rows
     than its sample's `input_ids` is an error: it would be cut, or silently shift the tokens.
     """
     if not features:

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from specdraft.config import Config, PadTo, ShapePolicy
+from specdraft.config import Config, ShapePolicy
 
 from ..models.backbone import PREDICT_ANCHORS, PREDICT_KEEP
 from ..models.spec import DraftTrainSpec
@@ -234,7 +234,7 @@ class AcceptanceEvaluator:
     dtype: torch.dtype  # the features' dtype (the head's)
     block_size: int
     num_anchors: int
-    pad_to: PadTo
+    shapes: ShapePolicy  # the run's policy: eval pads like training
 
     def evaluate(self, model: nn.Module) -> dict[str, Any]:
         """Acceptance metrics of `model` (the sharded draft), the same on every rank."""
@@ -243,7 +243,7 @@ class AcceptanceEvaluator:
             predictor(model, self.head, self.spec, self.ctx.device, self.dtype),
             block_size=self.block_size,
             num_anchors=self.num_anchors,
-            pad_to=self.pad_to,  # the run's policy: eval pads like training
+            shapes=self.shapes,
             ctx=self.ctx,
         )
 
@@ -270,7 +270,7 @@ def build_evaluator(
         dtype=head.embed_tokens.weight.dtype,
         block_size=config.model.block_size,
         num_anchors=config.training.num_anchors,
-        pad_to=shapes.pad_to,
+        shapes=shapes,
     )
 
 
@@ -304,6 +304,6 @@ def evaluate_checkpoint(
             block_size=config.model.block_size,
             num_anchors=config.training.num_anchors,
             # This process's one shape policy (a standalone evaluation, not a training run).
-            pad_to=ShapePolicy.from_config(config).pad_to,
+            shapes=ShapePolicy.from_config(config),
             ctx=ctx,
         )

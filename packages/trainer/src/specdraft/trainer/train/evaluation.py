@@ -7,9 +7,9 @@ proposes tokens p+1 .. p+block_size-1 from the context strictly before p; the ta
 longest prefix that matches its own greedy tokens and adds one bonus token. tau is the mean number
 of tokens a step advances (accepted + 1), so a perfect draft reaches block_size and a useless one 1.
 
-Predictions for every possible anchor of a record come from one batched draft call, padded to the
-run's pad policy and to `num_anchors` slots, so compiled blocks see the same static shapes as in
-training (plus one no-grad graph per shape).
+Predictions for every possible anchor of a record come from one batched draft call, padded to a
+length of the run's `ShapePolicy` and to `num_anchors` slots, so compiled blocks see the same
+static shapes as in training (plus one no-grad graph per shape).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from specdraft.collate import resolve_static_length
+from specdraft.config import ShapePolicy
 
 from ..runtime import DistContext, all_reduce_sum
 from ..runtime.atomic import atomic_path
@@ -99,11 +99,11 @@ def predictions_for_record(
     predict: PredictFn,
     *,
     num_anchors: int,
-    pad_to: int | tuple[int, ...] | None,
+    shapes: ShapePolicy,
 ) -> torch.Tensor:
     """Draft proposals for every anchor of a record, in chunks of `num_anchors` slots."""
     total = int(record.input_ids.shape[0])
-    length = resolve_static_length(total, pad_to)
+    length = shapes.pad_length(total)
     ids = torch.zeros(1, length, dtype=torch.long)
     ids[0, :total] = record.input_ids
     feats = record.hidden_states.new_zeros(1, length, record.hidden_states.shape[-1])
@@ -127,7 +127,7 @@ def evaluate_acceptance(
     *,
     block_size: int,
     num_anchors: int,
-    pad_to: int | tuple[int, ...] | None,
+    shapes: ShapePolicy,
     ctx: DistContext,
 ) -> dict[str, float | list[float]]:
     """tau and per-position acceptance over `records`, split across ranks and summed.
@@ -145,7 +145,7 @@ def evaluate_acceptance(
     calls = 0
     for record in mine:
         predictions = predictions_for_record(
-            record, predict, num_anchors=num_anchors, pad_to=pad_to
+            record, predict, num_anchors=num_anchors, shapes=shapes
         )
         calls += max(1, -(-predictions.shape[0] // num_anchors))
         stats.add(
@@ -157,7 +157,7 @@ def evaluate_acceptance(
         filler = records[0]
         dummy = EvalRecord(filler.input_ids[:2], 1, filler.hidden_states[:2])
         while calls < max(per_rank):
-            predictions_for_record(dummy, predict, num_anchors=num_anchors, pad_to=pad_to)
+            predictions_for_record(dummy, predict, num_anchors=num_anchors, shapes=shapes)
             calls += 1
     vector = torch.tensor(
         [stats.steps, stats.advanced, *stats.attempts, *stats.accepts], dtype=torch.float64
