@@ -15,37 +15,38 @@ each registered name, so the trainer has no list of its own to keep in step.
 
 from __future__ import annotations
 
-import importlib
-
 from specdraft.config import Config, ModelConfig
-from specdraft.config.families import FAMILY_RULES
+from specdraft.config.families import FAMILY_NAMES
+from specdraft.config.registry import load_one
 
 from .config import DFlashDraftConfig
 from .family_spec import DraftFamily
 from .losses import COMMON_METRIC_RATIOS
 
 
+def _no_folder(name: str, module_name: str) -> ImportError:
+    """The error for a registered family whose trainer folder is missing: what to add."""
+    return ImportError(
+        f"draft family {name!r} is registered in specdraft.config.families but the trainer "
+        f"has no {module_name}: add the folder models/{name}/ with a family.py that defines "
+        "FAMILY (see docs/internals.md, 'Adding a draft family')"
+    )
+
+
 def _load_family(name: str) -> DraftFamily:
     """`models/<name>/family.py`'s FAMILY, with an error that says what a new family lacks."""
-    module_name = f"{__package__}.{name}.family"
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name not in (module_name, f"{__package__}.{name}"):
-            raise
-        raise ImportError(
-            f"draft family {name!r} is registered in specdraft.config.families but the trainer "
-            f"has no {module_name}: add the folder models/{name}/ with a family.py that defines "
-            "FAMILY (see docs/internals.md, 'Adding a draft family')"
-        ) from None
-    family = getattr(module, "FAMILY", None)
-    if not isinstance(family, DraftFamily) or family.name != name:
-        raise TypeError(f"{module_name}.FAMILY must be the DraftFamily named {name!r}")
-    return family
+    return load_one(
+        "specdraft.trainer.models",
+        name,
+        DraftFamily,
+        attr="FAMILY",
+        module="{name}.family",
+        missing=_no_folder,
+    )
 
 
 # Every registered family, in the config registry's order.
-FAMILIES: dict[str, DraftFamily] = {name: _load_family(name) for name in FAMILY_RULES}
+FAMILIES: dict[str, DraftFamily] = {name: _load_family(name) for name in FAMILY_NAMES}
 
 
 def metric_ratios() -> dict[str, tuple[str, str]]:

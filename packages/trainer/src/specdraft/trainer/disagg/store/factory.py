@@ -8,9 +8,10 @@ Kept apart from the protocol (`base`) so that no store module imports another th
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from specdraft.config.registry import load_one
 
 from .base import ROLES, FeatureStore, StoreKind
 
@@ -20,22 +21,19 @@ if TYPE_CHECKING:
     from ...runtime.service_process import ServiceSpec
 
 
+def _no_module(name: str, module_name: str) -> ValueError:
+    """The error for a store name without its trainer module: where it belongs."""
+    return ValueError(
+        f"deployment.disaggregated.store = {name!r} has no implementation: a store is a "
+        f"module {module_name} holding a StoreKind named KIND"
+    )
+
+
 def store_kind(name: str) -> StoreKind:
     """The `StoreKind` of a store name: `disagg/store/<name>.py`'s KIND."""
-    module_name = f"{__package__}.{name}"
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-        raise ValueError(
-            f"deployment.disaggregated.store = {name!r} has no implementation: a store is a "
-            f"module {module_name} holding a StoreKind named KIND"
-        ) from None
-    kind = getattr(module, "KIND", None)
-    if not isinstance(kind, StoreKind) or kind.name != name:
-        raise TypeError(f"{module_name}.KIND must be the StoreKind named {name!r}")
-    return kind
+    return load_one(
+        "specdraft.trainer.disagg.store", name, StoreKind, attr="KIND", missing=_no_module
+    )
 
 
 def open_store(cfg: DisaggregatedConfig, run_dir: Path, *, role: str) -> FeatureStore:
