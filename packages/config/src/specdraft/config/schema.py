@@ -9,16 +9,17 @@ and notes) are not errors and live in `rules.py`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import (
     Field,
-    create_model,
     field_validator,
     model_validator,
 )
 
-from .families import FAMILY_RULES, family_rule_types, family_rules
+from . import tracking, training_backends
+from .families import FAMILY_NAMES, FAMILY_RULES, FamilyTables, family_rule_types, family_rules
+from .registry import listed
 from .sampler_mode import anchor_grouping_with_bucket_sync, enabled_fields
 from .section import (
     MAX_ACCUM_STEPS,
@@ -35,7 +36,7 @@ from .section import (
 )
 from .section import Section as _Section
 from .section import rule as _rule
-from .stores import STORE_RULES
+from .stores import STORE_NAMES, STORE_RULES, StoreTables
 
 # flex_attention's block mask works in 128-token blocks; fp8 needs multiples of 16, which 128
 # satisfies. Every static length must be a multiple of this.
@@ -44,26 +45,31 @@ BUCKET_QUANTUM = 128
 # Published decay constants of the DFlash loss, by block size.
 DEFAULT_LOSS_DECAY_GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}
 
+# Each registry's names as a field type: `Literal["dflash", "dflash2", ...]` at run time, so that
+# pydantic admits exactly those (SD104 lists them) and the docs show them; `str` to type
+# checkers, which cannot evaluate a registry.
+if TYPE_CHECKING:
+    FamilyName = str
+    StoreName = str
+    TrainingBackend = str
+    TrackingBackend = str
+else:
+    FamilyName = Literal[FAMILY_NAMES]
+    StoreName = Literal[STORE_NAMES]
+    TrainingBackend = Literal[training_backends.BACKEND_NAMES]
+    TrackingBackend = Literal[tracking.BACKEND_NAMES]
+
 
 # --------------------------------------------------------------------------------------- model
 
 
 def _algorithm_help() -> str:
     """`model.algorithm`'s description: every registered family with its one-line summary."""
-    clauses = [f"'{rules.name}' ({rules.summary})" for rules in FAMILY_RULES.values()]
-    listed = ", ".join(clauses[:-1]) + " or " + clauses[-1] if len(clauses) > 1 else clauses[0]
-    return f"Draft family: {listed}."
-
-
-# The registered family names (families/): `Literal["dflash", "dflash2", ...]` at run time.
-if TYPE_CHECKING:
-    FamilyName = str
-else:
-    FamilyName = Literal[tuple(FAMILY_RULES)]
+    return f"Draft family: {listed({r.name: r.summary for r in FAMILY_RULES.values()})}."
 
 
 class _ModelFields(_Section):
-    """`[model]`: the frozen target and the draft that is trained for it."""
+    """`[model]`'s own fields; `ModelConfig` below adds the families' options tables."""
 
     target: str = Field(
         ...,
@@ -132,34 +138,10 @@ class _ModelFields(_Section):
         return self
 
 
-def _family_tables() -> dict[str, Any]:
-    """One `[model.<family>]` options table per registered family that has options."""
-    return {
-        rules.name: (
-            rules.options,
-            Field(
-                default_factory=rules.options,
-                description=f"{rules.title} options (used when algorithm = '{rules.name}').",
-            ),
-        )
-        for rules in FAMILY_RULES.values()
-        if rules.options is not None
-    }
-
-
-# `[model]` = the fields above + the families' options tables, in registry order. Type
-# checkers see the shared fields; code that reads a family's options asks the family
-# (`FamilyRules.options_of`).
-if TYPE_CHECKING:
-    ModelConfig = _ModelFields
-else:
-    ModelConfig = create_model(
-        "ModelConfig",
-        __base__=_ModelFields,
-        __doc__=_ModelFields.__doc__,
-        __module__=__name__,
-        **_family_tables(),
-    )
+# `[model]` = the fields above, then the families' options tables (`families.FamilyTables`), in
+# registry order; declared, not built, so that type checkers see `cfg.model.dflash2`.
+class ModelConfig(FamilyTables, _ModelFields):
+    """`[model]`: the frozen target and the draft that is trained for it."""
 
 
 # ---------------------------------------------------------------------------------------- data
@@ -250,10 +232,8 @@ class DataConfig(_Section):
 class TrainingConfig(_Section):
     """`[training]`: optimisation, the static-shape options, compile, checkpoints and logging."""
 
-    backend: Literal["fsdp1", "fsdp2"] = Field(
-        "fsdp2",
-        description="Data-parallel backend: 'fsdp1' (FullyShardedDataParallel) or "
-        "'fsdp2' (fully_shard).",
+    backend: TrainingBackend = Field(
+        "fsdp2", description=f"Data-parallel backend: {listed(training_backends.BACKENDS)}."
     )
     micro_batch_size: PositiveInt = Field(
         2, le=MAX_SAMPLES_PER_BATCH, description="Samples per micro-batch per rank."
@@ -472,20 +452,11 @@ class TrainingConfig(_Section):
 
 def _store_help() -> str:
     """`deployment.disaggregated.store`'s description: every registered store and its summary."""
-    clauses = [f"'{rules.name}' ({rules.summary})" for rules in STORE_RULES.values()]
-    listed = ", ".join(clauses[:-1]) + " or " + clauses[-1] if len(clauses) > 1 else clauses[0]
-    return f"Feature store: {listed}."
-
-
-# The registered store names (stores/): `Literal["local", "mooncake", ...]` at run time.
-if TYPE_CHECKING:
-    StoreName = str
-else:
-    StoreName = Literal[tuple(STORE_RULES)]
+    return f"Feature store: {listed({r.name: r.summary for r in STORE_RULES.values()})}."
 
 
 class _DisaggregatedFields(_Section):
-    """`[deployment.disaggregated]`: capture servers, feature store, producer, timeouts."""
+    """`[deployment.disaggregated]`'s own fields; `DisaggregatedConfig` adds the stores' tables."""
 
     managed: bool = Field(
         True,
@@ -557,34 +528,10 @@ class _DisaggregatedFields(_Section):
     )
 
 
-def _store_tables() -> dict[str, Any]:
-    """One `[deployment.disaggregated.<store>]` settings table per registered store with any."""
-    return {
-        rules.name: (
-            rules.settings,
-            Field(
-                default_factory=rules.settings,
-                description=f"{rules.settings.__name__.removesuffix('Config')} settings "
-                f"(used when store = '{rules.name}').",
-            ),
-        )
-        for rules in STORE_RULES.values()
-        if rules.settings is not None
-    }
-
-
-# `[deployment.disaggregated]` = the fields above + the stores' settings tables, in registry
-# order. Code that reads a store's settings asks the store (`StoreRules.settings_of`).
-if TYPE_CHECKING:
-    DisaggregatedConfig = _DisaggregatedFields
-else:
-    DisaggregatedConfig = create_model(
-        "DisaggregatedConfig",
-        __base__=_DisaggregatedFields,
-        __doc__=_DisaggregatedFields.__doc__,
-        __module__=__name__,
-        **_store_tables(),
-    )
+# `[deployment.disaggregated]` = the fields above, then the stores' settings tables
+# (`stores.StoreTables`), in registry order; declared, so that type checkers see `dis.mooncake`.
+class DisaggregatedConfig(StoreTables, _DisaggregatedFields):
+    """`[deployment.disaggregated]`: capture servers, feature store, producer, timeouts."""
 
 
 class DeploymentConfig(_Section):
@@ -613,12 +560,6 @@ class DeploymentConfig(_Section):
 # ------------------------------------------------------------------------------------ tracking
 
 
-# The tracking backends the trainer can mirror the metrics JSONL to; each name is also the
-# package it imports and the specdraft-trainer extra that installs it (`tracking.py`). The
-# trainer's registry (`specdraft.trainer.train.tracking`) has one module per name.
-TrackingBackend = Literal["tensorboard", "wandb", "mlflow"]
-
-
 class TrackingConfig(_Section):
     """`[tracking]`: metrics sinks. JSONL is always written; `backends` mirror it."""
 
@@ -628,8 +569,7 @@ class TrackingConfig(_Section):
     backends: list[TrackingBackend] = Field(
         [],
         description="Tracking backends that get every number of each metrics JSONL line, under "
-        "the same name and step, from rank 0: 'tensorboard', 'wandb' (Weights & Biases; "
-        "WANDB_MODE=offline keeps the run on disk, `wandb sync` uploads it), 'mlflow'. Each is "
+        f"the same name and step, from rank 0: {listed(tracking.BACKENDS, last=', ')}. Each is "
         "an extra: pip install 'specdraft-trainer[NAME]'; `specdraft train` refuses to start "
         "without it.",
     )

@@ -1,4 +1,5 @@
-"""What every table of the schema shares: the section base, rule errors, the size limits.
+"""What every table of the schema shares: the section base, rule errors, registered sub-tables
+(a family's options, a store's settings) and the size limits.
 
 A module of its own so that the family option tables (`families/`) can build on the same base
 as `schema.py`, which imports them: the schema composes the families, the families never import
@@ -8,6 +9,7 @@ the schema.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -58,6 +60,27 @@ class Section(BaseModel):
                 f"allocated or, for a rate, diverges); use a value <= {limit}",
             )
         return value
+
+
+def table(settings: type[Section], description: str) -> Any:
+    """A registered entry's settings as a sub-table field, defaults unless a file sets it."""
+    return Field(default_factory=settings, description=description)
+
+
+def check_tables(tables: type[Section], expected: Mapping[str, type[Section] | None]) -> None:
+    """Refuse a tables class that does not mount exactly the entries with settings, in order.
+
+    The tables are declared by hand (`name: Settings = rules.table()`) so that type checkers see
+    `cfg.model.dflash2`; this keeps that declaration equal to the registry it mirrors.
+    """
+    wanted = [(name, settings) for name, settings in expected.items() if settings is not None]
+    mounted = [(name, field.annotation) for name, field in tables.model_fields.items()]
+    if mounted != wanted:
+        lines = "; ".join(f"{name}: {settings.__name__}" for name, settings in wanted)
+        raise TypeError(
+            f"{tables.__module__}.{tables.__name__} must declare one table per registered "
+            f"entry with settings, in registry order: {lines or 'none'}"
+        )
 
 
 PositiveInt = Annotated[int, Field(gt=0)]

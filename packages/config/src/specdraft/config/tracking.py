@@ -1,20 +1,34 @@
 """Tracking backends as the linter and `specdraft train` see them: names, packages, extras.
 
-A backend's name (`schema.TrackingBackend`) is also the package it imports and the
-specdraft-trainer extra that installs it, so a missing package can be named with the command that
-fixes it before any rank starts. Whether a package is there is asked without importing it.
+`BACKENDS` below is the one registration line of a backend: the schema's `tracking.backends`
+admits these names, and the trainer finds each one's module by it. A name is also the package
+the backend imports and the specdraft-trainer extra that installs it, so a missing package can be
+named with the command that fixes it before any rank starts. Whether a package is there is asked
+without importing it.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from typing import get_args
+from typing import TYPE_CHECKING
 
 from .finding import Problem
 from .positions import KeyPath
-from .schema import Config, TrackingBackend
 
-BACKEND_NAMES: tuple[str, ...] = get_args(TrackingBackend)
+if TYPE_CHECKING:
+    # Only for annotations: the schema reads BACKEND_NAMES from here.
+    from .schema import Config
+
+# The registered backends, in the order docs list them: each name a module
+# `specdraft/trainer/train/tracking/<name>_sink.py` (its BACKEND), with its clause in
+# `tracking.backends`' help where the name alone says too little.
+BACKENDS: dict[str, str] = {
+    "tensorboard": "",
+    "wandb": "Weights & Biases; WANDB_MODE=offline keeps the run on disk, `wandb sync` uploads it",
+    "mlflow": "",
+}
+
+BACKEND_NAMES: tuple[str, ...] = tuple(BACKENDS)
 
 
 def install_hint(name: str) -> str:

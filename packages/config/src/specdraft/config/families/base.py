@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..finding import Problem
-from ..section import Section
+from ..section import Section, table
 from ..target_info import TargetInfo
 
 if TYPE_CHECKING:
@@ -57,6 +57,12 @@ class FamilyRules:
     def options_table(self) -> str | None:
         """The `[model.*]` table of this family's options (named after it), or None."""
         return self.name if self.options is not None else None
+
+    def table(self) -> Any:
+        """The `[model.<name>]` field of this family's options (`families.FamilyTables`)."""
+        if self.options is None:
+            raise TypeError(f"family {self.name!r} has no options table")
+        return table(self.options, f"{self.title} options (used when algorithm = '{self.name}').")
 
     def options_of(self, model: Any) -> Any:
         """This family's options object of a `ModelConfig` (None without options)."""

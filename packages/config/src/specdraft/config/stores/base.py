@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..section import Section
+from ..section import Section, table
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,13 @@ class StoreRules:
     def settings_table(self) -> str | None:
         """The `[deployment.disaggregated.*]` table of this store's settings, or None."""
         return self.name if self.settings is not None else None
+
+    def table(self) -> Any:
+        """The `[deployment.disaggregated.<name>]` field of its settings (`stores.StoreTables`)."""
+        if self.settings is None:
+            raise TypeError(f"store {self.name!r} has no settings table")
+        title = self.settings.__name__.removesuffix("Config")
+        return table(self.settings, f"{title} settings (used when store = '{self.name}').")
 
     def settings_of(self, disaggregated: Any) -> Any:
         """This store's settings object of a `DisaggregatedConfig` (None without settings)."""

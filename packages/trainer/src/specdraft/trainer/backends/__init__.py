@@ -7,7 +7,10 @@ from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
-from .base import Backend
+from specdraft.config.registry import load_one
+from specdraft.config.training_backends import BACKEND_NAMES
+
+from .base import Backend, BackendKind
 from .compile import (
     RecompileError,
     apply_compile,
@@ -27,23 +30,25 @@ def prepare(
     model: DraftModel, options: BackendOptions, process_group: dist.ProcessGroup | None = None
 ) -> Backend:
     """Compile (optionally) and shard the draft with the backend the options name."""
-    if options.backend == "fsdp1":
-        from .fsdp1 import Fsdp1Backend, apply_fsdp1
+    return backend_kind(options.backend).prepare(model, options, process_group)
 
-        return Fsdp1Backend(apply_fsdp1(model, options, process_group))
-    if options.backend == "fsdp2":
-        from .fsdp2 import Fsdp2Backend, apply_fsdp2
 
-        return Fsdp2Backend(apply_fsdp2(model, options, process_group))
-    raise ValueError(f"unknown backend {options.backend!r}; expected 'fsdp1' or 'fsdp2'")
+def backend_kind(name: str) -> BackendKind:
+    """The registered backend `name`: `backends/<name>.py`'s BACKEND, imported only when chosen."""
+    if name not in BACKEND_NAMES:
+        expected = " or ".join(repr(known) for known in BACKEND_NAMES)
+        raise ValueError(f"unknown backend {name!r}; expected {expected}")
+    return load_one("specdraft.trainer.backends", name, BackendKind, attr="BACKEND")
 
 
 __all__ = [
     "Backend",
+    "BackendKind",
     "BackendOptions",
     "Fp8Unavailable",
     "RecompileError",
     "apply_compile",
+    "backend_kind",
     "backend_options_from_config",
     "check_fp8_supported",
     "compiled_graph_count",

@@ -15,6 +15,7 @@ from torch.distributed.fsdp import (
 )
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
+from .base import BackendKind
 from .compile import apply_compile
 from .options import BackendOptions
 
@@ -67,3 +68,13 @@ class Fsdp1Backend:
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
         """FSDP1 knows its flat shards: its own clip all-reduces the norm over the ranks."""
         return self.model.clip_grad_norm_(max_norm)
+
+
+def prepare_fsdp1(
+    model: DraftModel, options: BackendOptions, process_group: dist.ProcessGroup | None
+) -> Fsdp1Backend:
+    """Compile blocks (if asked), shard the draft with FSDP1, and wrap it as a `Backend`."""
+    return Fsdp1Backend(apply_fsdp1(model, options, process_group))
+
+
+BACKEND = BackendKind("fsdp1", prepare_fsdp1)

@@ -18,6 +18,7 @@ from torch.distributed.fsdp import (
 )
 from torch.distributed.tensor import DTensor
 
+from .base import BackendKind
 from .compile import apply_compile
 from .fp8 import apply_fp8_linear
 from .options import BackendOptions
@@ -74,3 +75,13 @@ class Fsdp2Backend:
         params = [p for p in self.model.parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         return norm.full_tensor() if isinstance(norm, DTensor) else norm
+
+
+def prepare_fsdp2(
+    model: DraftModel, options: BackendOptions, process_group: dist.ProcessGroup | None
+) -> Fsdp2Backend:
+    """Compile blocks (if asked), shard the draft with FSDP2, and wrap it as a `Backend`."""
+    return Fsdp2Backend(apply_fsdp2(model, options, process_group))
+
+
+BACKEND = BackendKind("fsdp2", prepare_fsdp2)

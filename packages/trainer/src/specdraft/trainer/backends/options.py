@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 
@@ -14,7 +13,7 @@ from specdraft.config import CompilePlan, Config, ShapePolicy
 class BackendOptions:
     """Everything a backend's `prepare` needs, and nothing else."""
 
-    backend: Literal["fsdp1", "fsdp2"]
+    backend: str  # a registered training backend (`specdraft.config.training_backends`)
     device: torch.device
     param_dtype: torch.dtype  # compute dtype of gathered parameters
     reduce_dtype: torch.dtype = torch.float32  # gradients are always reduced in fp32

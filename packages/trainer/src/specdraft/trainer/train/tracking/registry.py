@@ -1,33 +1,37 @@
 """The tracking backends by name, and opening the ones a run selects (rank 0 only).
 
-A backend is one module of this folder that defines `BACKEND` (`base.Backend`), listed once in
-`MODULES`; the name is also in the config schema's `TrackingBackend` (a test keeps them equal).
+A backend is one module of this folder, `<name>_sink.py`, that defines `BACKEND` (`base.Backend`);
+its name is registered once, in the config package (`specdraft.config.tracking.BACKENDS`, which
+the schema's `tracking.backends` admits), and found here by that name.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 from pathlib import Path
 
 from specdraft.config import Config
-from specdraft.config.tracking import install_hint, missing_backend_message, missing_backends
+from specdraft.config.registry import load_one
+from specdraft.config.tracking import (
+    BACKEND_NAMES,
+    install_hint,
+    missing_backend_message,
+    missing_backends,
+)
 
 from .base import Backend, MetricSink, SinkContext, TrackingUnavailable
 
 log = logging.getLogger(__name__)
 
-# Backend name -> its module in this folder.
-MODULES = {
-    "tensorboard": "tensorboard_sink",
-    "wandb": "wandb_sink",
-    "mlflow": "mlflow_sink",
-}
+# Backend name -> its module in this folder: `<name>_sink.py`, the sink of package `<name>`.
+MODULES = {name: f"{name}_sink" for name in BACKEND_NAMES}
 
 
 def backend(name: str) -> Backend:
     """The registered backend `name` (its module is imported, its package is not)."""
-    return importlib.import_module(f"{__package__}.{MODULES[name]}").BACKEND
+    return load_one(
+        "specdraft.trainer.train.tracking", name, Backend, attr="BACKEND", module=MODULES[name]
+    )
 
 
 def run_files() -> tuple[str, ...]:
