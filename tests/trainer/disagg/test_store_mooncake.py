@@ -20,7 +20,7 @@ import torch
 from disagg_support import build_random_target, make_config, reference_features, unshare_problem
 from system_support import require_mooncake, require_namespace_tools
 
-from specdraft.config import MooncakeConfig
+from specdraft.config.stores.mooncake import MooncakeConfig
 from specdraft.trainer.disagg.capture import HttpCaptureClient
 from specdraft.trainer.disagg.capture.server import build_capture_server
 from specdraft.trainer.disagg.store import (

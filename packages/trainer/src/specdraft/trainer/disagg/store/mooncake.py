@@ -34,7 +34,8 @@ from .mooncake_master import master_services, port_open, split_address
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from specdraft.config import DisaggregatedConfig, MooncakeConfig
+    from specdraft.config import DisaggregatedConfig
+    from specdraft.config.stores.mooncake import MooncakeConfig
 
 OBJECT_NOT_FOUND = -704
 LOCAL_BUFFER_FULL = -600

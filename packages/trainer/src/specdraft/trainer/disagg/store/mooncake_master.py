@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from ...runtime.service_process import ServiceError, ServiceProcess, ServiceSpec, tcp_health
 
 if TYPE_CHECKING:
-    from specdraft.config import Config, MooncakeConfig
+    from specdraft.config import Config
+    from specdraft.config.stores.mooncake import MooncakeConfig
 
 
 def split_address(address: str, *, field: str) -> tuple[str, int]:
