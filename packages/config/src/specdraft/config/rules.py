@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .draft_vocab_rules import draft_vocab_problems, draft_vocab_target_problems
 from .families import family_rules, options_tables_ignored
 from .finding import Problem
 from .sampler_mode import sampler_mode
@@ -34,7 +35,7 @@ def check_config(
 ) -> list[Problem]:
     """Every soft finding of a valid config; `target` overrides model.target for target checks."""
     problems = shape_problems(config) + unused_table_problems(config, document)
-    problems += tracking_problems(config)
+    problems += tracking_problems(config) + draft_vocab_problems(config)
     info, unreadable = load_target(config, target)
     if unreadable is not None:
         problems.append(unreadable)
@@ -226,6 +227,7 @@ def load_target(config: Config, target: str | None) -> tuple[TargetInfo | None, 
 def target_problems(config: Config, info: TargetInfo) -> list[Problem]:
     """Layer ids and mask token id against the target's own config, then the family's checks."""
     problems = layer_id_problems(config, info) + mask_token_problems(config, info)
+    problems += draft_vocab_target_problems(config, info)
     return problems + family_rules(config.model.algorithm).target_checks(config, info)
 
 

@@ -25,7 +25,7 @@ from specdraft.config.sampler_mode import sampler_mode
 from ..backends import BackendOptions, backend_options_from_config, prepare
 from ..runtime import DistContext, barrier
 from ..runtime.private import run_folder
-from ..vocab import draft_vocab_for_run
+from ..vocab import draft_vocab_for_run, write_vocab_record
 from .checkpoint_policy import CheckpointPolicy
 from .metrics import metrics_writer
 from .resume import resume_trainer
@@ -156,11 +156,7 @@ def build_trainer(
 
     # The draft vocabulary (model.draft_vocab_size) from the training data's supervised labels.
     vocab = draft_vocab_for_run(
-        config,
-        None if data is None else data.dataset,
-        head.vocab_size,
-        write=ctx.is_main,
-        progress=progress and ctx.is_main,
+        config, None if data is None else data.dataset, head.vocab_size, progress=progress
     )
     # fp32 master weights; the backend computes in options.param_dtype.
     torch.manual_seed(training.seed)
@@ -228,6 +224,9 @@ def build_trainer(
         allow_changed=allow_changed,
         required=resume is not None,
     )
+    if vocab is not None and ctx.is_main:
+        # Recorded once the resume checks passed: a refused resume leaves the run's record.
+        write_vocab_record(output_dir, vocab, config)
     return trainer
 
 

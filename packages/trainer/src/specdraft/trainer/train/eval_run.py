@@ -285,15 +285,22 @@ def evaluate_checkpoint(
 
     device = pick_device(0)
     ctx = DistContext(0, 1, 0, device)
+    head = load_target_head(config.model.target, dtype=torch.float32).to(device)
     if checkpoint == "init":
+        from ..vocab import draft_vocab_for_run
+
+        vocab = draft_vocab_for_run(config, None, head.vocab_size)
         torch.manual_seed(config.training.seed)
         model = build_draft(
-            config.model, load_target_config(config.model.target), dtype=torch.float32
+            config.model,
+            load_target_config(config.model.target),
+            dtype=torch.float32,
+            draft_vocab=None if vocab is None else vocab.ids,
         )
+        model.init_draft_head(head)
     else:
         model = load_checkpoint_draft(checkpoint, action="evaluate")
     model = model.to(device).eval()
-    head = load_target_head(config.model.target, dtype=torch.float32).to(device)
     if records is None:
         records, _ = cached_eval_records(config)
     spec = DraftTrainSpec.from_config(config, device)

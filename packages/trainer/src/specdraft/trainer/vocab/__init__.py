@@ -2,7 +2,7 @@
 
 from .choice import DraftVocab, choose_draft_vocab, coverage, smallest_covering
 from .frequencies import corpus_token_counts, supervised_token_counts
-from .record import draft_vocab_for_run
+from .record import draft_vocab_for_run, write_vocab_record
 
 __all__ = [
     "DraftVocab",
@@ -12,4 +12,5 @@ __all__ = [
     "draft_vocab_for_run",
     "smallest_covering",
     "supervised_token_counts",
+    "write_vocab_record",
 ]

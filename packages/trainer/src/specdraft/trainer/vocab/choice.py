@@ -57,11 +57,17 @@ def coverage(counts: np.ndarray, ids: np.ndarray | tuple[int, ...]) -> float:
     return float(counts[np.asarray(ids, dtype=np.int64)].sum()) / total
 
 
-def smallest_covering(counts: np.ndarray, share: float) -> int:
-    """The smallest draft vocabulary size whose most frequent tokens cover `share` of labels."""
+def smallest_covering(counts: np.ndarray, share: float, ranking: np.ndarray | None = None) -> int:
+    """The smallest draft vocabulary size covering `share` of the labels counted in `counts`.
+
+    The vocabulary of size n is the first n tokens of `ranking` (default: of `counts` itself;
+    pass the training counts' ranking to measure held-out data against the vocabulary training
+    would choose).
+    """
     total = int(counts.sum())
     if total == 0:
         return 1
+    order = ranked_tokens(counts) if ranking is None else ranking
     needed = math.ceil(share * total - 1e-9)  # labels to cover, robust to 0.98 * 100 = 98.0000001
-    cumulative = np.cumsum(np.sort(counts)[::-1])
+    cumulative = np.cumsum(counts[order])
     return int(np.searchsorted(cumulative, needed)) + 1

@@ -1,8 +1,8 @@
 """A run's draft vocabulary: chosen from its training data and written beside its checkpoints.
 
-Every rank chooses it from the same counts (deterministic), so no rank waits for another; rank
-0 writes `<output_dir>/draft_vocab.json` (the ids, the coverage, where they came from) for the
-user and for `explain-vocab`. The draft's config carries the ids into every checkpoint and
+Every rank chooses it from the same counts (deterministic), so no rank waits for another; once
+the resume checks pass, rank 0 writes `<output_dir>/draft_vocab.json` (the ids, the coverage,
+where they came from) for the user. The draft's config carries the ids into every checkpoint and
 export; a resume compares them with the checkpoint's (train/resume.py).
 """
 
@@ -35,14 +35,9 @@ def run_token_counts(config: Any, dataset: Any, vocab_size: int, *, progress: bo
 
 
 def draft_vocab_for_run(
-    config: Any,
-    dataset: Any,
-    vocab_size: int,
-    *,
-    write: bool,
-    progress: bool = False,
+    config: Any, dataset: Any, vocab_size: int, *, progress: bool = False
 ) -> DraftVocab | None:
-    """The run's draft vocabulary (None without model.draft_vocab_size); `write` records it."""
+    """The run's draft vocabulary (None without model.draft_vocab_size)."""
     size = config.model.draft_vocab_size
     if size is None:
         return None
@@ -56,13 +51,12 @@ def draft_vocab_for_run(
         100 * vocab.train_coverage,
         int(counts.sum()),
     )
-    if write:
-        write_record(Path(config.output_dir) / RECORD_NAME, vocab, config)
     return vocab
 
 
-def write_record(path: Path, vocab: DraftVocab, config: Any) -> None:
-    """Write the vocabulary's JSON record (atomically: a reader never sees half a file)."""
+def write_vocab_record(output_dir: str | Path, vocab: DraftVocab, config: Any) -> Path:
+    """Write `<output_dir>/draft_vocab.json` (atomically: a reader never sees half a file)."""
+    path = Path(output_dir) / RECORD_NAME
     record = {
         "draft_vocab_size": vocab.size,
         "target": str(config.model.target),
@@ -75,3 +69,4 @@ def write_record(path: Path, vocab: DraftVocab, config: Any) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=1) + "\n")
     tmp.replace(path)
+    return path
