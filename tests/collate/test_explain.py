@@ -194,3 +194,15 @@ def test_plot_is_a_png(tmp_path: Path) -> None:
     out = tmp_path / "lengths.png"
     save_plot(report_for(spread(50), suggest_k=2), out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_sampler_mode_of_the_config_is_named_in_the_text() -> None:
+    # Both grouping options on: the text used to have no words for the length-grouped bucket
+    # rows and failed with a KeyError.
+    lengths = spread(200)
+    both = ("data.bucket_synchronized=true", "data.length_grouped=true")
+    text = render_text(report_for(lengths, *both))
+    assert "bucket-synchronised ranks, rows cut from the length-grouped order" in text
+    assert "bucket-synchronised ranks (seed" in render_text(
+        report_for(lengths, "data.bucket_synchronized=true")
+    )

@@ -38,6 +38,9 @@ def _sampler_words(report: dict[str, Any]) -> str:
         "length_grouped": "length-grouped order",
         "anchor_grouped": "anchor-grouped order (by shape bucket, then anchor count)",
         "bucket_synchronized": "bucket-synchronised ranks",
+        "length_grouped_bucket_synchronized": (
+            "bucket-synchronised ranks, rows cut from the length-grouped order"
+        ),
     }
     if report.get("packing"):
         # Packed plans shuffle windows of documents into rows; the sampler setting is unused.
