@@ -28,6 +28,7 @@ LOCAL_PATH = (
     "specdraft.trainer.models",
     "specdraft.trainer.features",
     "specdraft.trainer.assets",
+    "specdraft.trainer.export",
     "specdraft.trainer.serve",
     "specdraft.trainer.launch",
     "specdraft.trainer.integrity",

@@ -148,9 +148,9 @@ def make_batch(size: Size, head_weight: torch.Tensor) -> dict[str, torch.Tensor]
 def write_drafts(folder: Path, family: str, size: Size, target: Path) -> None:
     """The family's draft (seeded init) as specdraft and speculators folders, and its options."""
     from specdraft.config.schema import ModelConfig
+    from specdraft.trainer.export.options import ExportOptions
+    from specdraft.trainer.export.speculators import write_speculators
     from specdraft.trainer.models import build_draft, load_target_config
-    from specdraft.trainer.train.export.options import ExportOptions
-    from specdraft.trainer.train.export.speculators import write_speculators
 
     options = model_options(family, size, target)
     torch.manual_seed(2)

@@ -61,7 +61,7 @@ def trained(request, tiny_target_path, tmp_path_factory):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_export_reloads_with_from_pretrained_to_the_same_outputs(trained, dtype):
-    from specdraft.trainer.train.export import draft_class_for, load_checkpoint_draft
+    from specdraft.trainer.export import draft_class_for, load_checkpoint_draft
 
     root, checkpoint, batch, head, spec = trained
     out = root / f"export-{dtype}"
@@ -378,8 +378,8 @@ def test_a_new_family_s_export_folder_is_a_draft_not_a_foreign_model(tmp_path, m
     folder is still refused."""
     import dataclasses
 
+    from specdraft.trainer.export.destination import foreign_model
     from specdraft.trainer.models import family as families
-    from specdraft.trainer.train.export.destination import foreign_model
 
     dflash = families.FAMILIES["dflash"]
     scratch = dataclasses.replace(

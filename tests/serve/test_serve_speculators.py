@@ -22,8 +22,8 @@ LENGTH = 24
 
 def specdraft_outputs(checkpoint: Path, target: Path, inputs: dict) -> dict:
     """specdraft's draft on the same inputs: what _speculators_forward.py writes for speculators."""
+    from specdraft.trainer.export import load_checkpoint_draft
     from specdraft.trainer.models import load_target_head
-    from specdraft.trainer.train.export import load_checkpoint_draft
 
     model = load_checkpoint_draft(checkpoint).eval()
     head = load_target_head(target, dtype=torch.float32)
@@ -91,7 +91,7 @@ def test_speculators_loads_the_export_and_computes_specdraft_s_forward(
     torch.testing.assert_close(theirs["hidden"], ours["hidden"], rtol=0, atol=1e-5)
     torch.testing.assert_close(theirs["logits"], ours["logits"], rtol=0, atol=1e-5)
     if family == "dflash2":
-        from specdraft.trainer.train.export import load_checkpoint_draft
+        from specdraft.trainer.export import load_checkpoint_draft
 
         selector = load_checkpoint_draft(checkpoint).candidate_selector
         candidates = theirs["candidates"]

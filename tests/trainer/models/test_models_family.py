@@ -13,6 +13,10 @@ from train_support import tiny_run
 
 from specdraft.config import ModelConfig, validate_config
 from specdraft.config.families import FAMILY_RULES
+from specdraft.trainer.export import ExportError, draft_class_for, load_checkpoint_draft
+from specdraft.trainer.export.source import ExportRefused
+from specdraft.trainer.export.speculators import speculators_config
+from specdraft.trainer.export.vllm import check_vllm_can_build
 from specdraft.trainer.features.meta import (
     FeatureMismatch,
     check_feature_meta,
@@ -31,10 +35,6 @@ from specdraft.trainer.models import (
 from specdraft.trainer.models.family import FAMILIES, _load_family, family_of_config
 from specdraft.trainer.models.losses import COMMON_METRIC_RATIOS
 from specdraft.trainer.serve.served import served_request
-from specdraft.trainer.train.export import ExportError, draft_class_for, load_checkpoint_draft
-from specdraft.trainer.train.export.source import ExportRefused
-from specdraft.trainer.train.export.speculators import speculators_config
-from specdraft.trainer.train.export.vllm import check_vllm_can_build
 
 # Every registered family (a new one is exercised here without an edit).
 ALGORITHMS = list(FAMILY_RULES)

@@ -12,6 +12,7 @@ from safetensors import safe_open
 from transformers import AutoConfig
 
 from specdraft.config import ModelConfig
+from specdraft.trainer.export import FORMATS, export_checkpoint
 from specdraft.trainer.integrity import write_manifest
 from specdraft.trainer.models import (
     DraftTrainSpec,
@@ -20,7 +21,6 @@ from specdraft.trainer.models import (
     load_target_config,
     load_target_head,
 )
-from specdraft.trainer.train.export import FORMATS, export_checkpoint
 
 ALGORITHMS = ["dflash", "dflash2", "dspark"]
 

@@ -81,7 +81,7 @@ def eval_(
         raise click.ClickException(
             f"{config_path}: data.eval_paths is empty; set it (or --set data.eval_paths=[...])"
         )
-    from specdraft.trainer.train.export import ExportError
+    from specdraft.trainer.export import ExportError
 
     if speed and engine != "vllm":
         raise EvalUsageError("--speed measures vLLM serving: add --engine vllm")

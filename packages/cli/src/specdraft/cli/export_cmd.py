@@ -67,7 +67,7 @@ def export(
     read). A non-empty --out is refused unless --force; a folder holding a model that is not a
     draft (such as the target's) is always refused. Exit 2 for such refusals.
     """
-    from specdraft.trainer.train.export import ExportError, ExportRefused, export_checkpoint
+    from specdraft.trainer.export import ExportError, ExportRefused, export_checkpoint
 
     try:
         result = export_checkpoint(

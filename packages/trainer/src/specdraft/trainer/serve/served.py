@@ -31,10 +31,10 @@ def served_request(
 ) -> dict[str, Any]:
     """The vllm_child request that serves `prompts` with the exported draft (`max_tokens`
     new tokens each; default: the evaluation's budget)."""
+    from ..export.vllm import vllm_layout
     from ..models import family_for
     from ..train.eval_run import eval_new_tokens
     from ..train.evaluation import fit_eval_budget
-    from ..train.export.vllm import vllm_layout
 
     # vLLM's speculative method, and the draft tokens a block of bs proposes (DSpark's anchor
     # slot is a prediction: bs; DFlash and DFlash2: bs - 1), from the family's folder.
@@ -66,9 +66,9 @@ def served_inputs(
 ) -> tuple[str, str, str, list[Any]]:
     """What every served measurement starts from: the vLLM version (checked), the checkpoint's
     family and dtype, and the run's held-out records (cached)."""
+    from ..export import checkpoint_dtype
     from ..models import family_of_architecture
     from ..train.eval_run import cached_eval_records
-    from ..train.export import checkpoint_dtype
 
     version = check_vllm_python(python)
     if on_start is not None:
@@ -90,8 +90,8 @@ def served_acceptance(
 ) -> dict[str, Any]:
     """vLLM's acceptance of the checkpoint's draft next to specdraft's estimate (see module);
     `on_start(vllm_version)` is called once vLLM is found, before the long part."""
+    from ..export import export_checkpoint
     from ..train.eval_run import evaluate_checkpoint
-    from ..train.export import export_checkpoint
 
     version, family, dtype, records = served_inputs(config, checkpoint, python, on_start)
     prompts = [r.input_ids[: r.prompt_len].tolist() for r in records]

@@ -59,7 +59,7 @@ def served_speed(
     on_start: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Tokens/s at batch 1 and at `batch` for no speculation, the draft and n-gram."""
-    from ..train.export import export_checkpoint
+    from ..export import export_checkpoint
     from .served import served_inputs, served_request
 
     version, family, dtype, records = served_inputs(config, checkpoint, python, on_start)

@@ -279,9 +279,9 @@ def evaluate_checkpoint(
 ) -> dict[str, Any]:
     """tau of a checkpoint's draft (or of a fresh draft for 'init') in this one process, on
     `records` (default: the held-out records of the config, made here)."""
+    from ..export import load_checkpoint_draft
     from ..models import DraftTrainSpec, build_draft, load_target_config, load_target_head
     from ..runtime.distributed import pick_device
-    from .export import load_checkpoint_draft
 
     device = pick_device(0)
     ctx = DistContext(0, 1, 0, device)

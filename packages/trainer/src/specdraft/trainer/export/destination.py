@@ -20,7 +20,7 @@ def draft_architectures() -> frozenset[str]:
     """`architectures` entries of the folders export itself writes, read from the registered
     families (their own class, vLLM's and speculators' names), so a new family's export folder
     is never mistaken for a target's."""
-    from ...models.family import FAMILIES
+    from ..models.family import FAMILIES
 
     names: set[str] = set()
     for family in FAMILIES.values():

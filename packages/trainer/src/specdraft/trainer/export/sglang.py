@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...models.backbone import DraftModel
+from ..models.backbone import DraftModel
 from .draft_vocab import refuse_draft_vocab
 from .options import ExportOptions
 

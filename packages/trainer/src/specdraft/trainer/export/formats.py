@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...models.backbone import DraftModel
+from ..models.backbone import DraftModel
 from .destination import check_destination, staged
 from .options import ExportOptions
 from .sglang import write_sglang

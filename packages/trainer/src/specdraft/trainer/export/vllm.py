@@ -26,8 +26,8 @@ from typing import Any
 
 from safetensors.torch import load_file, save_file
 
-from ...models.backbone import DraftModel
-from ...models.family_spec import DraftFamily, VllmLayout
+from ..models.backbone import DraftModel
+from ..models.family_spec import DraftFamily, VllmLayout
 from .draft_vocab import refuse_draft_vocab, vocab_tensors, without_specdraft_keys
 from .layer_ids import engine_layer_ids
 from .options import ExportOptions
@@ -97,7 +97,7 @@ def vllm_config(family: DraftFamily, config: dict[str, Any]) -> dict[str, Any]:
 
 def write_vllm(model: DraftModel, folder: Path, options: ExportOptions) -> list[str]:
     """Write vLLM's config.json and the tensors it loads; return the names left out."""
-    from ...models import family_of_architecture
+    from ..models import family_of_architecture
 
     family = family_of_architecture(type(model).__name__)
     check_vllm_can_build(family, model.config, options.checkpoint)

@@ -24,7 +24,7 @@ class ExportRefused(ExportError):
 
 def draft_class_for(architecture: str) -> type:
     """The draft model class named by a config's `architectures` entry."""
-    from ...models import family_of_architecture
+    from ..models import family_of_architecture
 
     try:
         return family_of_architecture(architecture).model_class
@@ -34,7 +34,7 @@ def draft_class_for(architecture: str) -> type:
 
 def verify_draft_files(folder: Path, *, action: str) -> None:
     """Check the files a draft is read from against the checkpoint's manifest.json."""
-    from ...integrity import CorruptFile, verify_files
+    from ..integrity import CorruptFile, verify_files
 
     # trainer_state.json is read for the run's dtype; only when present (it is optional here).
     names = [

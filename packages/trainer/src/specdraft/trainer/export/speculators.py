@@ -22,8 +22,8 @@ from typing import Any
 
 from safetensors.torch import load_file, save_file
 
-from ...models.backbone import DraftModel
-from ...models.family_spec import DraftFamily
+from ..models.backbone import DraftModel
+from ..models.family_spec import DraftFamily
 from .draft_vocab import refuse_draft_vocab, vocab_tensors
 from .layer_ids import aux_hidden_state_ids
 from .options import ExportOptions
@@ -119,7 +119,7 @@ def speculators_config(
 
 def write_speculators(model: DraftModel, folder: Path, options: ExportOptions) -> list[str]:
     """Write speculators' config.json beside the unchanged model.safetensors."""
-    from ...models import family_of_architecture
+    from ..models import family_of_architecture
 
     if not options.verifier:
         raise ExportRefused(

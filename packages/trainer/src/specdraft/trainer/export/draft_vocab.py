@@ -16,8 +16,8 @@ from typing import Any
 
 from torch import Tensor
 
-from ...models.backbone import DraftModel
-from ...models.draft_vocab import d2t_offsets, t2d_mask
+from ..models.backbone import DraftModel
+from ..models.draft_vocab import d2t_offsets, t2d_mask
 from .source import ExportRefused
 
 # Keys of specdraft's draft config that no engine reads: the vocabulary travels as tensors.
