@@ -5,7 +5,10 @@ on every rank, equal micro-batch counts, deterministic per seed, exact resume) a
 mega-batch, never lets two micro-batches interleave in (shape bucket, anchor count). That makes
 the anchor blocks the run computes, at the exact width or at any anchor buckets, no more than
 the random order's over the same shuffled windows (one pad length; with length buckets the
-bucket is the first key).
+bucket is the first key), counting every micro-batch at micro_batch_size rows: what static shapes
+compute, and what every micro-batch holds when micro_batch_size divides the sample count. Under
+pad-to-longest the epoch's one short micro-batch computes only its own rows, and there grouping
+may cost a few blocks more (test_a_short_last_micro_batch_can_cost_grouping_blocks).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from specdraft.collate import (
@@ -75,12 +78,16 @@ def micro_batches(plan: list[list[list[int]]]) -> list[list[int]]:
     return [batch for rank in plan for batch in rank if batch]
 
 
-def widths(case: dict, batches: list[list[int]], buckets: tuple[int, ...]) -> int:
-    """Anchor blocks computed over `batches` with these anchor widths (num_anchors last)."""
+def widths(
+    case: dict, batches: list[list[int]], buckets: tuple[int, ...], *, rows: int | None = None
+) -> int:
+    """Anchor blocks computed over `batches` with these anchor widths (num_anchors last), each
+    micro-batch counted at `rows` rows (static shapes pad the batch dimension to
+    micro_batch_size) or, with None, at its own samples (pad-to-longest)."""
     total = 0
     for batch in batches:
         need = max(key(case, i)[1] for i in batch)
-        total += len(batch) * next(w for w in buckets if w >= need)
+        total += (rows or len(batch)) * next(w for w in buckets if w >= need)
     return total
 
 
@@ -115,19 +122,69 @@ def test_micro_batches_of_one_mega_batch_never_interleave(case: dict) -> None:
         assert low >= high
 
 
+# Found by hypothesis with the claim counting real rows only: see the short-micro-batch test.
+FOUND_SHORT_LAST = {
+    "lengths": [1, 1, 1, 1],
+    "counts": [0, 0, 0, 1],
+    "micro_batch_size": 3,
+    "grad_accum_steps": 1,
+    "num_replicas": 1,
+    "mega_batch_multiplier": 2,
+    "seed": 438,
+    "epoch": 3,
+    "pad_to": None,
+}
+
+
 @settings(max_examples=80, deadline=None)
 @given(case=cases, extra=st.lists(st.integers(1, NUM_ANCHORS - 1), max_size=5))
+@example(case=FOUND_SHORT_LAST, extra=[])
 def test_grouping_never_computes_more_anchor_blocks_than_the_random_order(
     case: dict, extra: list[int]
 ) -> None:
-    # Same shuffled windows: the sorted cut minimises the sum of each micro-batch's largest
-    # count, so the exact width and any anchor buckets compute no more blocks. (With length
-    # buckets the bucket is the first key: fewer padded positions may cost some anchor blocks.)
+    """At the exact width and at any anchor buckets, with every micro-batch counted at
+    micro_batch_size rows, the grouped plan computes no more anchor blocks than the random one.
+
+    Both plans cut the same shuffled mega-batches (whole micro-batches each) into as many
+    micro-batches. In the sorted cut the i-th fullest micro-batch's largest count is the
+    mega-batch's ((i-1) * micro_batch_size + 1)-th largest; any cut into micro-batches of at most
+    micro_batch_size samples has i micro-batches reaching that count, so widths that grow with the
+    count cost no more. (With length buckets the bucket is the first key: fewer padded positions
+    may cost some anchor blocks, so the test uses one pad length.)
+
+    Full rows are what static shapes compute (the trainer pads the batch dimension to
+    micro_batch_size) and, when micro_batch_size divides the sample count, what every micro-batch
+    holds, so there the claim is about real rows. With a short last micro-batch under
+    pad-to-longest it is not: only real rows are computed, the grouped plan fills the short one
+    with the last mega-batch's emptiest samples, and it may compute up to (micro_batch_size - its
+    samples) x the random short micro-batch's width more (the @example above, and
+    test_a_short_last_micro_batch_can_cost_grouping_blocks).
+    """
     case = {**case, "pad_to": None if isinstance(case["pad_to"], tuple) else case["pad_to"]}
     grouped = micro_batches(make(case).epoch_plan(case["epoch"]))
     plain = micro_batches(make(case, grouped=False).epoch_plan(case["epoch"]))
+    rows = case["micro_batch_size"]
     for buckets in (tuple(range(NUM_ANCHORS + 1)), (*sorted(set(extra)), NUM_ANCHORS)):
-        assert widths(case, grouped, buckets) <= widths(case, plain, buckets)
+        assert widths(case, grouped, buckets, rows=rows) <= widths(case, plain, buckets, rows=rows)
+
+
+def test_a_short_last_micro_batch_can_cost_grouping_blocks() -> None:
+    """The example hypothesis found: where counting real rows the grouped plan computes more.
+
+    Sorted fullest first, the grouped cut puts the one anchored sample (3) in a full micro-batch
+    and leaves the emptiest sample for the short one; this seed's random order put sample 3 alone
+    in its short micro-batch. Under pad-to-longest (real rows only) that is 3 anchor blocks
+    against 1, the most the bound allows: (3 - 1) rows x width 1. At full rows, as static shapes
+    compute them, both are 3 blocks.
+    """
+    case = FOUND_SHORT_LAST
+    grouped = micro_batches(make(case).epoch_plan(case["epoch"]))
+    plain = micro_batches(make(case, grouped=False).epoch_plan(case["epoch"]))
+    assert sorted(grouped, key=len) == [[1], [3, 2, 0]]
+    assert sorted(plain, key=len) == [[3], [2, 0, 1]]
+    exact = tuple(range(NUM_ANCHORS + 1))
+    assert (widths(case, grouped, exact), widths(case, plain, exact)) == (3, 1)
+    assert widths(case, grouped, exact, rows=3) == widths(case, plain, exact, rows=3) == 3
 
 
 def test_grouping_cuts_anchor_blocks_on_samples_with_mixed_supervision() -> None:

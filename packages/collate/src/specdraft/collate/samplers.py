@@ -41,6 +41,11 @@ collator later reads. Whole optimizer windows (`num_replicas x grad_accum_steps`
 micro-batches: similar widths on every rank and micro-step) are then shuffled (seeded), so the
 epoch does not walk each mega-batch from its fullest to its emptiest samples, and a window's
 samples still depend only on the window size, not on how it is split over ranks.
+The sorted cut of a mega-batch computes no more anchor blocks, at the exact width or any anchor
+buckets, than any other cut of it into micro-batches of `micro_batch_size` rows (static shapes
+pad a short micro-batch to that many). The epoch's one short micro-batch gets the last
+mega-batch's emptiest samples, so under pad-to-longest, which computes real rows only, it may
+cost a few blocks more than a random cut's short micro-batch.
 
 Packed plans (`packed`, training.packing) keep the same format: a micro-batch is still a
 flat list of sample indices, now the documents of up to `micro_batch_size` rows listed row after
