@@ -19,6 +19,11 @@ Variants (--variants, comma separated):
   norminit    rms, and the draft's final norm starts from the target's final norm weight
   lr1e3       base at lr 1e-3
   anchors64   base with 64 anchors per sample
+  vocab8k, vocab16k, vocab28k
+              base with a draft vocabulary of 8192 / 16384 / 28096 tokens (the most frequent
+              supervised labels of the training answers); tau counts a label outside it as a miss
+  vocab16k_trainhead
+              vocab16k with the draft head's rows trained (from the target's rows) instead of frozen
 
 --probe adds the feature-path check: a linear map (fc + RMSNorm + the target's frozen head, the
 draft's own input and output ends with nothing between) trained to read the token at j + 1 and
@@ -47,6 +52,13 @@ VARIANTS = {
     "norminit": {"feature_scale": True, "norm_init": True},
     "lr1e3": {"lr": 1e-3},
     "anchors64": {"anchors": 64},
+    # Draft vocabularies (model.draft_vocab_size): the most frequent supervised labels of the
+    # training answers; 28096 is what `specdraft explain-vocab` suggests for 98% of held-out labels.
+    "vocab8k": {"draft_vocab": 8192},
+    "vocab16k": {"draft_vocab": 16384},
+    "vocab28k": {"draft_vocab": 28096},
+    # The same with the draft head's rows trained too (the issue asks whether that helps).
+    "vocab16k_trainhead": {"draft_vocab": 16384, "train_head": True},
 }
 
 
@@ -152,7 +164,18 @@ def train_variant(name: str, options: dict, train: dict, held_out: dict, target:
         tie_word_embeddings=False, dtype="float32", block_size=8, target_layer_ids=LAYERS,
         num_target_layers=30, mask_token_id=MASK_TOKEN,
     )  # fmt: skip
+    if options.get("draft_vocab"):
+        from specdraft.trainer.vocab import choose_draft_vocab, supervised_token_counts
+
+        counts = supervised_token_counts(
+            train["ids"].flatten(), train["loss_mask"].flatten(), head.vocab_size
+        )
+        vocab = choose_draft_vocab(counts, options["draft_vocab"])
+        config.draft_vocab_size, config.draft_vocab_ids = vocab.size, list(vocab.ids)
     model = DFlashDraftModel(config).float()
+    model.init_draft_head(head)
+    if options.get("train_head"):
+        model.lm_head.weight.requires_grad_(True)
     scale = None
     if options.get("feature_scale"):
         valid = train["attention"].bool().clone()

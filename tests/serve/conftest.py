@@ -13,24 +13,21 @@ def tiny_target_path():
     return build_tiny_target()
 
 
-@pytest.fixture(scope="module")
-def family_checkpoints(tiny_target_path, tmp_path_factory):
-    """A one-step checkpoint of each family (vanilla Markov head for DSpark), by family name."""
+def one_step_checkpoints(target, root, families, **model) -> dict:
+    """A one-step checkpoint of each of `families` (vanilla Markov head for DSpark)."""
     from train_support import one_rank, single_thread, tiny_run
 
     from specdraft.config import validate_config
-    from specdraft.trainer.models.family import FAMILIES
     from specdraft.trainer.train.assembly import build_trainer
 
-    root = tmp_path_factory.mktemp("serve-checkpoints")
     checkpoints = {}
     with single_thread():
-        for name in FAMILIES:
+        for name in families:
             config = validate_config(
                 tiny_run(
-                    tiny_target_path,
+                    target,
                     root / name,
-                    model={"algorithm": name},
+                    model={"algorithm": name, **model},
                     data={"max_samples": 4},
                     training={"max_steps": 1},
                 )
@@ -40,3 +37,20 @@ def family_checkpoints(tiny_target_path, tmp_path_factory):
                 checkpoints[name] = trainer.fit().last_checkpoint
                 trainer.writer.close()
     return checkpoints
+
+
+@pytest.fixture(scope="module")
+def family_checkpoints(tiny_target_path, tmp_path_factory):
+    """A one-step checkpoint of each family, by family name."""
+    from specdraft.trainer.models.family import FAMILIES
+
+    root = tmp_path_factory.mktemp("serve-checkpoints")
+    return one_step_checkpoints(tiny_target_path, root, FAMILIES)
+
+
+@pytest.fixture(scope="module")
+def vocab_checkpoints(tiny_target_path, tmp_path_factory):
+    """A one-step checkpoint with a 512-token draft vocabulary of each family an engine serves
+    that way (dflash, dspark)."""
+    root = tmp_path_factory.mktemp("serve-vocab-checkpoints")
+    return one_step_checkpoints(tiny_target_path, root, ("dflash", "dspark"), draft_vocab_size=512)

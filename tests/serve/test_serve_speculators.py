@@ -1,7 +1,8 @@
 """Every family's `--format speculators` export loads in speculators 0.9.0's own model classes
 (build/speculators-venv), and their forward equals specdraft's in fp32 (1e-5): the draft hidden
 states and logits of every block slot, DFlash2's selector scores and DSpark's Markov bias and
-confidence logits."""
+confidence logits; with a draft vocabulary (DFlash, DSpark) too, its head read from the export
+and its t2d / d2t from the export's buffers."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def specdraft_outputs(checkpoint: Path, target: Path, inputs: dict) -> dict:
             head,
             "sdpa",
         )[0]
-        out = {"hidden": hidden, "logits": head.logits(hidden)}
+        out = {"hidden": hidden, "logits": model.vocab_logits(hidden, head)}
         block = model.block_size
         tokens = inputs["input_ids"][0, (ANCHORS[:, None] + torch.arange(block)).flatten()]
         tokens = tokens.view(-1, block)
@@ -50,12 +51,16 @@ def specdraft_outputs(checkpoint: Path, target: Path, inputs: dict) -> dict:
     return out
 
 
-@pytest.mark.parametrize("family", ["dflash", "dflash2", "dspark"])
+@pytest.mark.parametrize(
+    ("family", "vocab"),
+    [("dflash", None), ("dflash2", None), ("dspark", None), ("dflash", 512), ("dspark", 512)],
+)
 def test_speculators_loads_the_export_and_computes_specdraft_s_forward(
-    family, family_checkpoints, tiny_target_path, tmp_path
+    family, vocab, request, tiny_target_path, tmp_path
 ):
     python = speculators_python()
-    checkpoint = family_checkpoints[family]
+    fixture = "family_checkpoints" if vocab is None else "vocab_checkpoints"
+    checkpoint = request.getfixturevalue(fixture)[family]
     out = tmp_path / "speculators"
     done = specdraft_cli(
         *("export", str(checkpoint), "--out", str(out), "--format", "speculators"),
@@ -89,6 +94,8 @@ def test_speculators_loads_the_export_and_computes_specdraft_s_forward(
     ours = specdraft_outputs(checkpoint, tiny_target_path, inputs)
 
     torch.testing.assert_close(theirs["hidden"], ours["hidden"], rtol=0, atol=1e-5)
+    # Over the draft vocabulary when there is one: speculators' own head has its rows.
+    assert theirs["logits"].shape[-1] == (vocab or ours["logits"].shape[-1])
     torch.testing.assert_close(theirs["logits"], ours["logits"], rtol=0, atol=1e-5)
     if family == "dflash2":
         from specdraft.trainer.export import load_checkpoint_draft

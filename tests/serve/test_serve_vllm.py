@@ -2,7 +2,7 @@
 
 - The small quickstart's plain-DFlash draft, served: vLLM's measured acceptance length within
   10% of specdraft's own estimate on the same prompts, and the greedy outputs identical with
-  and without speculation.
+  and without speculation; the same with a draft vocabulary (its own head and d2t in vLLM).
 - Every family's `--format vllm` export through vLLM's own config validation: DFlash accepted
   whole; DFlash2 and DSpark parsed, routed to their loaders and refused only by the CPU build's
   V1 model runner, with vLLM's reason, which `specdraft eval --engine vllm` reports (exit 1).
@@ -33,10 +33,10 @@ def vllm():
     return vllm_python()
 
 
-def test_the_quickstart_dflash_draft_serves_at_specdraft_s_estimated_acceptance(
-    vllm, tiny_target_path
-):
-    checkpoint, overrides = quickstart_dflash_run(tiny_target_path)
+def served_quickstart(vllm, target, extra: tuple[str, ...] = ()) -> dict:
+    """`specdraft eval --engine vllm` of the small quickstart's DFlash draft (trained once with
+    the `extra` overrides): its JSON result, checked as the tests below expect it."""
+    checkpoint, overrides = quickstart_dflash_run(target, extra)
     done = specdraft_cli(
         *("eval", str(QUICKSTART_DFLASH), "--checkpoint", str(checkpoint), *overrides),
         *("--engine", "vllm", "--vllm-python", str(vllm), "--format", "json"),
@@ -45,14 +45,31 @@ def test_the_quickstart_dflash_draft_serves_at_specdraft_s_estimated_acceptance(
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout[done.stdout.index("{") :])
     ours, theirs = result["specdraft"]["acceptance_length"], result["vllm"]["acceptance_length"]
-    print(f"acceptance length: specdraft {ours:.3f}, vLLM {theirs:.3f}", result["vllm"])
+    print(f"acceptance length {extra}: specdraft {ours:.3f}, vLLM {theirs:.3f}", result["vllm"])
     assert result["stage"] == "done" and result["family"] == "dflash"
     assert result["vllm"]["drafts"] > 100  # enough verification steps to compare
     # A trained draft: well above the 1.0 of a draft that never matches.
     assert ours > 1.2
     assert abs(theirs - ours) <= 0.10 * ours, (theirs, ours)
     assert result["outputs_identical"], result
+    result["checkpoint"] = checkpoint
+    return result
+
+
+def test_the_quickstart_dflash_draft_serves_at_specdraft_s_estimated_acceptance(
+    vllm, tiny_target_path
+):
+    result = served_quickstart(vllm, tiny_target_path)
     assert len(result["vllm"]["per_position_given_previous"]) == 7
+
+
+def test_a_draft_vocabulary_serves_with_identical_outputs_at_the_estimated_acceptance(
+    vllm, tiny_target_path
+):
+    # 1024 of the tiny target's tokens: vLLM's own head has 1024 rows and maps them through d2t.
+    result = served_quickstart(vllm, tiny_target_path, ("model.draft_vocab_size=1024",))
+    config = json.loads((result["checkpoint"] / "config.json").read_text())
+    assert config["draft_vocab_size"] == 1024
 
 
 @pytest.mark.parametrize("family", sorted(EXPECTED))

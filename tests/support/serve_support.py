@@ -72,8 +72,11 @@ def quickstart_overrides(target: Path, data: Path, output_dir: Path) -> list[str
     return [item for key, value in pairs.items() for item in ("--set", f"{key}={value}")]
 
 
-def quickstart_dflash_run(target: Path) -> tuple[Path, list[str]]:
-    """The small quickstart's plain-DFlash draft, trained once (cached): (checkpoint, --set)."""
+def quickstart_dflash_run(target: Path, extra: tuple[str, ...] = ()) -> tuple[Path, list[str]]:
+    """The small quickstart's plain-DFlash draft, trained once (cached): (checkpoint, --set).
+
+    `extra`: more KEY=VALUE overrides of the run (a draft vocabulary), part of the cache key.
+    """
     from specdraft.trainer.runtime.cache import build_once, cache_root, recipe_hash
 
     recipe = {
@@ -82,6 +85,9 @@ def quickstart_dflash_run(target: Path) -> tuple[Path, list[str]]:
         "data": QUICKSTART_DATA,
         "new_tokens": QUICKSTART_NEW_TOKENS,
     }
+    if extra:
+        recipe["extra"] = list(extra)
+    more = [item for pair in extra for item in ("--set", pair)]
     final = cache_root() / "serve" / f"quickstart-dflash-{recipe_hash(recipe)}"
 
     def build(tmp: Path) -> None:
@@ -97,8 +103,8 @@ def quickstart_dflash_run(target: Path) -> tuple[Path, list[str]]:
             )
             assert done.returncode == 0, done.stderr[-3000:]
         # Trained where it is cached: the checkpoint's paths must not point into tmp.
-        overrides = quickstart_overrides(target, final / "data", final / "run")
-        train_overrides = quickstart_overrides(target, data, tmp / "run")
+        overrides = quickstart_overrides(target, final / "data", final / "run") + more
+        train_overrides = quickstart_overrides(target, data, tmp / "run") + more
         done = specdraft_cli(
             "train", str(QUICKSTART_DFLASH), *train_overrides, "--no-progress", cwd=ROOT
         )
