@@ -21,9 +21,9 @@ from specdraft.cli.main import cli
 from specdraft.trainer.disagg.managed.run import capture_service, trainer_command
 from specdraft.trainer.disagg.managed.supervisor import producer_service
 from specdraft.trainer.launch import LaunchPlan
+from specdraft.trainer.request import RunRequest
 from specdraft.trainer.runtime.http_client import call_json
 from specdraft.trainer.runtime.run_secret import read_run_secret
-from specdraft.trainer.train.request import RunRequest
 
 TRAINER_SRC = Path(__file__).resolve().parents[2] / "packages" / "trainer" / "src"
 

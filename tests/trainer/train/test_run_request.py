@@ -1,8 +1,9 @@
-"""The run request: built once, read by every layer; its command line round-trips, it decides the
+"""The run request: built once, read by every layer; its JSON file round-trips, it decides the
 deployment mode, and the dispatch starts the entry point that mode needs."""
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
@@ -16,8 +17,8 @@ from specdraft.trainer import deployment
 from specdraft.trainer.disagg.consumer import main as consumer_main
 from specdraft.trainer.disagg.managed import run as managed
 from specdraft.trainer.launch import LaunchPlan
+from specdraft.trainer.request import RunRequest
 from specdraft.trainer.train import run as train_run
-from specdraft.trainer.train.request import RunRequest
 from specdraft.trainer.train.run_folder import RunFolderError
 
 
@@ -46,7 +47,7 @@ FIELDS = ("training.seed", "training.micro_batch_size", "training.grad_accum_ste
     stop_timeout=st.floats(0, 1e4, allow_nan=False),
     overwrite=st.booleans(),
 )
-def test_a_request_survives_its_command_line(
+def test_a_request_survives_its_json_file(
     config_file, seed, nproc, node_rank, port, resume, allowed, progress, stop_timeout, overwrite
 ):
     """What the managed run hands its trainer process is the request it was given, whole."""
@@ -60,7 +61,7 @@ def test_a_request_survives_its_command_line(
         stop_timeout_s=stop_timeout,
         overwrite=overwrite,
     )
-    assert RunRequest.from_argv(request.argv()) == request
+    assert RunRequest.from_json(request.to_json()) == request
     # The elastic launcher pickles it to every rank.
     assert pickle.loads(pickle.dumps(request)) == request
 
@@ -99,21 +100,33 @@ def test_the_managed_trainers_get_the_request_with_managed_off(config_file):
     argv = managed.trainer_command(request)
     # The library starts its own entry point, never the CLI package that depends on it.
     assert argv[1:3] == ["-m", "specdraft.trainer.disagg.consumer"]
-    ranks = RunRequest.from_argv(argv[3:])
+    (request_file,) = argv[3:]
+    ranks = RunRequest.from_json(Path(request_file).read_text())
     assert ranks == request.with_overrides("deployment.disaggregated.managed=false")
     assert ranks.deployment == "disaggregated"
 
 
-def test_the_consumer_entry_launches_its_rank_main_with_the_request(config_file, monkeypatch):
+def test_the_consumer_entry_launches_its_rank_main_with_the_request(
+    config_file, tmp_path, monkeypatch
+):
     seen = {}
     monkeypatch.setattr(
         "specdraft.trainer.launch.launch",
         lambda plan, entry, request: seen.update(plan=plan, entry=entry, request=request),
     )
     request = RunRequest.create(str(config_file), ["deployment.disaggregated.managed=false"])
-    assert consumer_main.main(request.argv()) == 0
+    request_file = tmp_path / "request.json"
+    request_file.write_text(request.to_json())
+    assert consumer_main.main([str(request_file)]) == 0
     assert seen == {"plan": request.launch, "entry": consumer_main.rank_main, "request": request}
-    assert consumer_main.main([str(config_file), "--set", "training.micro_batch_size=0"]) == 2
+    # A request whose config does not load, and a file that is not a request: usage errors.
+    fields = json.loads(request.to_json())
+    fields["overrides"] = ["training.micro_batch_size=0"]
+    request_file.write_text(json.dumps(fields))
+    assert consumer_main.main([str(request_file)]) == 2
+    request_file.write_text(json.dumps({"config": str(config_file)}))
+    assert consumer_main.main([str(request_file)]) == 2
+    assert consumer_main.main([str(tmp_path / "missing.json")]) == 2
 
 
 @pytest.mark.parametrize(

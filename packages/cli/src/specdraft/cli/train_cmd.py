@@ -132,7 +132,7 @@ def train(
     from specdraft.config import ConfigError
     from specdraft.config.report import format_config_error
     from specdraft.trainer.launch import LaunchPlan
-    from specdraft.trainer.train.request import RunRequest
+    from specdraft.trainer.request import RunRequest
     from specdraft.trainer.train.run import (
         data_path_errors,
         dry_run_plan,

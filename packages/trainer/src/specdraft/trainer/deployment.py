@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .launch import under_torchrun
-from .train.request import RunRequest
+from .request import RunRequest
 
 # What a managed run writes into output_dir besides the training run (--overwrite moves it too).
 MANAGED_RUN_FILES = ("disagg", "logs")

@@ -10,14 +10,16 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from specdraft.config import Config, ShapePolicy
 from specdraft.config.sampler_mode import SamplerMode, sampler_mode
 
-from .request import RunRequest
+if TYPE_CHECKING:
+    # The request is handed in: the root module imports train/ (preempt), never the reverse.
+    from ..request import RunRequest
 
 log = logging.getLogger("specdraft")
 

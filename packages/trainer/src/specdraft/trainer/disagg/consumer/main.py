@@ -1,23 +1,23 @@
 """What the trainer ranks of a disaggregated run execute, and their process entry point:
 
-    python -m specdraft.trainer.disagg.consumer CONFIG [--set key=value ...] \\
-        [--nproc-per-node N] [--nnodes M] [--resume DIR|latest] [--allow-changed F] \\
-        [--stop-timeout S] [--no-progress]
+    python -m specdraft.trainer.disagg.consumer REQUEST.json
 
-The command line is a `RunRequest`'s (`RunRequest.argv` writes it, `from_argv` reads it).
-`specdraft train` launches `rank_main` itself; the managed run starts this module for the
-trainer ranks once its services are up (its caller has validated the config and the resume
-options already). Exit status: 0 trained, 1 a rank failed (its error is printed), 2 a bad
-command line or config.
+The file is a `RunRequest` (`RunRequest.to_json` writes it, `from_json` reads it): the train
+flags are parsed once, by `specdraft train`. `specdraft train` launches `rank_main` itself; the
+managed run writes the request and starts this module for the trainer ranks once its services
+are up (its caller has validated the config and the resume options already). Exit status:
+0 trained, 1 a rank failed (its error is printed), 2 a bad command line, request file or config.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from ...train.request import RunRequest
+from ...request import RunRequest
 from ...train.run import rank_main as _train_rank_main
 from .trainer import build_disaggregated_trainer
 
@@ -30,14 +30,23 @@ def rank_main(request: RunRequest) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Launch this node's trainer ranks for the request on the command line; the exit status."""
+    """Launch this node's trainer ranks for the request in the file named on the command line;
+    the exit status."""
     from specdraft.config import ConfigError
 
     from ...launch import RankFailed, launch
     from ...train.run import launch_environment_defaults
 
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Run this node's trainer ranks for a specdraft run request."
+    )
+    parser.add_argument("request", type=Path, help="the run request (JSON, RunRequest.to_json)")
+    path = parser.parse_args(sys.argv[1:] if argv is None else argv).request
     try:
-        request = RunRequest.from_argv(sys.argv[1:] if argv is None else argv, prog=PROG)
+        request = RunRequest.from_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"Error: {path}: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 2

@@ -34,12 +34,12 @@ from typing import Any
 from specdraft.config import Config
 
 from ...launch import RankFailed
+from ...request import RunRequest
 from ...runtime.distributed import cpu_thread_env, free_port
 from ...runtime.http_client import HttpFailure, call_json
-from ...runtime.private import run_folder
+from ...runtime.private import private_dir, run_folder, write_private
 from ...runtime.run_secret import SECRET_ENV, ensure_run_secret
 from ...runtime.service_process import ChildProcess
-from ...train.request import RunRequest
 from ..store.factory import store_services
 from .supervisor import (
     ServiceDied,
@@ -50,6 +50,9 @@ from .supervisor import (
 )
 
 log = logging.getLogger(__name__)
+
+# The trainer process's run request (`RunRequest.to_json`), in <output_dir>/disagg/.
+TRAINER_REQUEST_NAME = "trainer-request.json"
 
 
 class ManagedRunFailed(RuntimeError):
@@ -76,9 +79,12 @@ def capture_service(
 
 
 def trainer_command(request: RunRequest) -> list[str]:
-    """The trainer ranks' process (managed = false: the services already run)."""
+    """The trainer ranks' process (managed = false: the services already run), its request
+    written as a file into the run's private disagg/ folder for it to read."""
     ranks = request.with_overrides("deployment.disaggregated.managed=false")
-    return [sys.executable, "-m", "specdraft.trainer.disagg.consumer", *ranks.argv()]
+    folder = private_dir(Path(request.config.output_dir) / "disagg")
+    path = write_private(folder / TRAINER_REQUEST_NAME, ranks.to_json().encode())
+    return [sys.executable, "-m", "specdraft.trainer.disagg.consumer", str(path)]
 
 
 def run_managed(request: RunRequest) -> dict[str, Any] | None:

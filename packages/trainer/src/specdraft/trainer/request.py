@@ -4,21 +4,26 @@ every layer that runs it (the deployment dispatch, the managed run, the trainer 
 A request carries the validated `Config` (with the launch's rank counts applied) and the file and
 `--set` overrides it came from, because the processes a run starts (capture servers, producer,
 the managed run's trainer ranks) load the same config from the same file. It crosses a process
-boundary in two ways: pickled to the ranks of the elastic launcher, and as the command line of
-`python -m specdraft.trainer.disagg.consumer` (`argv` / `from_argv`, which round-trip).
+boundary in two ways: pickled to the ranks of the elastic launcher, and as the JSON file the
+managed run hands `python -m specdraft.trainer.disagg.consumer` (`to_json` / `from_json`, which
+round-trip). The flags of `specdraft train` are parsed once, by the CLI.
+
+It sits at the package root, next to `launch.py` (its `LaunchPlan`) and `deployment.py` (its
+dispatch): the CLI, the dispatch, the rank entry point and the disaggregated runtime all read it,
+and none of them owns it.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 from specdraft.config import Config, load_config
 
-from ..launch import LaunchPlan
-from .preempt import DEFAULT_STOP_TIMEOUT as DEFAULT_STOP_TIMEOUT_S
+from .launch import LaunchPlan
+from .train.preempt import DEFAULT_STOP_TIMEOUT as DEFAULT_STOP_TIMEOUT_S
 
 Deployment = Literal["local", "disaggregated", "managed"]
 
@@ -101,74 +106,37 @@ class RunRequest:
         overrides = (*self.overrides, *more)
         return replace(self, overrides=overrides, config=load_config(self.config_path, overrides))
 
-    def argv(self) -> list[str]:
-        """This request as the command line `from_argv` reads (the consumer entry point's)."""
-        plan = self.launch
-        argv = [self.config_path]
-        for item in self.overrides:
-            argv += ["--set", item]
-        argv += ["--nproc-per-node", str(plan.nproc_per_node), "--nnodes", str(plan.nnodes)]
-        argv += ["--node-rank", str(plan.node_rank), "--master-addr", plan.master_addr]
-        if plan.master_port is not None:
-            argv += ["--master-port", str(plan.master_port)]
-        if self.resume is not None:
-            argv += ["--resume", self.resume]
-        for name in self.allow_changed:
-            argv += ["--allow-changed", name]
-        argv += ["--stop-timeout", repr(self.stop_timeout_s)]
-        if not self.progress:
-            argv.append("--no-progress")
-        if self.overwrite:
-            argv.append("--overwrite")
-        return argv
+    def to_json(self) -> str:
+        """This request as the JSON `from_json` reads (the file the managed run hands its
+        trainer process): what `create` takes; the config is reloaded from its file."""
+        fields = {name: getattr(self, name) for name in JSON_FIELDS}
+        fields["launch"] = asdict(self.launch)
+        return json.dumps(fields, indent=2)
 
     @classmethod
-    def from_argv(cls, argv: Sequence[str], *, prog: str | None = None) -> RunRequest:
-        """Parse a command line `argv` wrote (argparse's usage error, exit 2, for a bad one)."""
-        args = _parser(prog).parse_args(list(argv))
-        launch = LaunchPlan(
-            nproc_per_node=args.nproc_per_node,
-            nnodes=args.nnodes,
-            node_rank=args.node_rank,
-            master_addr=args.master_addr,
-            master_port=args.master_port,
-        )
+    def from_json(cls, text: str) -> RunRequest:
+        """Read what `to_json` wrote: `ValueError` for text that is not a request,
+        `ConfigError` for a bad config (or rank counts outside its bounds)."""
+        fields = json.loads(text)
+        if not isinstance(fields, dict) or sorted(fields) != sorted(JSON_FIELDS):
+            raise ValueError(f"not a run request: a JSON object of {', '.join(JSON_FIELDS)}")
+        try:
+            launch = LaunchPlan(**fields.pop("launch"))
+        except TypeError as exc:
+            raise ValueError(f"not a run request: its launch: {exc}") from None
         return cls.create(
-            args.config,
-            args.set,
-            launch=launch,
-            resume=args.resume,
-            allow_changed=[name for item in args.allow_changed for name in item.split(",") if name],
-            progress=not args.no_progress,
-            stop_timeout_s=args.stop_timeout,
-            overwrite=args.overwrite,
+            fields.pop("config_path"), fields.pop("overrides"), launch=launch, **fields
         )
 
 
-def _parser(prog: str | None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog, description="Run this node's trainer ranks for a specdraft config."
-    )
-    parser.add_argument("config", help="specdraft TOML config")
-    parser.add_argument("--set", action="append", default=[], help="config override key=value")
-    parser.add_argument("--nproc-per-node", type=int, default=1, help="trainer ranks here")
-    parser.add_argument("--nnodes", type=int, default=1, help="nodes")
-    parser.add_argument("--node-rank", type=int, default=0, help="this node's rank")
-    parser.add_argument("--master-addr", default="127.0.0.1", help="rendezvous host")
-    parser.add_argument("--master-port", type=int, default=None, help="rendezvous port")
-    parser.add_argument("--resume", default=None, help="checkpoint folder or 'latest'")
-    parser.add_argument(
-        "--allow-changed",
-        action="append",
-        default=[],
-        help="data-order field a resume may find changed (repeatable, or comma-separated)",
-    )
-    parser.add_argument(
-        "--stop-timeout",
-        type=float,
-        default=DEFAULT_STOP_TIMEOUT_S,
-        help="seconds a stop (step + checkpoint) may take",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="logs only")
-    parser.add_argument("--overwrite", action="store_true", help="move a previous run aside")
-    return parser
+# What `to_json` writes: the arguments of `RunRequest.create` (the config is reloaded from them).
+JSON_FIELDS = (
+    "config_path",
+    "overrides",
+    "launch",
+    "resume",
+    "allow_changed",
+    "progress",
+    "stop_timeout_s",
+    "overwrite",
+)
