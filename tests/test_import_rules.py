@@ -99,7 +99,7 @@ def test_the_local_training_path_reaches_no_http_module():
     imports ends in an HTTP module."""
     modules = discover_modules()
     starts = [name for name in modules if any(_within(name, p) for p in LOCAL_PATH)]
-    assert f"{RUNTIME}.private" in starts and "specdraft.trainer.train.run" in starts
+    assert f"{RUNTIME}.private" in starts and "specdraft.trainer.train.rank_entry" in starts
     paths = http_paths_from(starts, module_graph())
     assert not paths, "the local training path imports HTTP:\n    " + "\n    ".join(paths)
 
@@ -107,7 +107,9 @@ def test_the_local_training_path_reaches_no_http_module():
 def test_the_rules_catch_an_http_import_from_the_training_loop():
     """The checks fail on the imports they forbid (they would pass vacuously otherwise)."""
     edges = [
-        Edge("specdraft.trainer.train.run", "specdraft.trainer.disagg.x", "run.py", 3),
+        Edge(
+            "specdraft.trainer.train.rank_entry", "specdraft.trainer.disagg.x", "rank_entry.py", 3
+        ),
         Edge("specdraft.trainer.disagg.x", HTTP_MODULES[0], "x.py", 5),
         Edge("specdraft.trainer.regenerate.endpoint", HTTP_MODULES[0], "endpoint.py", 7),
         Edge("specdraft.trainer.regenerate.endpoint", HTTP_MODULES[1], "endpoint.py", 8),
@@ -115,5 +117,7 @@ def test_the_rules_catch_an_http_import_from_the_training_loop():
     assert http_import_offenders(edges) == [
         f"endpoint.py:7: specdraft.trainer.regenerate.endpoint imports {HTTP_MODULES[0]}"
     ]
-    (path,) = http_paths_from(["specdraft.trainer.train.run"], edges)
-    assert path.startswith("specdraft.trainer.train.run -> specdraft.trainer.disagg.x (run.py:3)")
+    (path,) = http_paths_from(["specdraft.trainer.train.rank_entry"], edges)
+    assert path.startswith(
+        "specdraft.trainer.train.rank_entry -> specdraft.trainer.disagg.x (rank_entry.py:3)"
+    )

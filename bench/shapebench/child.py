@@ -137,7 +137,7 @@ def rank_main(run_dir: str) -> dict[str, Any]:
     from specdraft.trainer.runtime import init_distributed, shutdown_distributed
     from specdraft.trainer.train.assembly import build_trainer
     from specdraft.trainer.train.metrics import peak_memory_mb
-    from specdraft.trainer.train.run import configure_logging
+    from specdraft.trainer.train.rank_entry import configure_logging
 
     folder = Path(run_dir)
     spec = read_run_spec(folder)
@@ -208,7 +208,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m shapebench.child RUN_DIR", file=sys.stderr)
         return 2
     from specdraft.trainer.launch import LaunchPlan, launch
-    from specdraft.trainer.train.run import launch_environment_defaults
+    from specdraft.trainer.train.environment import launch_environment_defaults
 
     run_dir = str(Path(argv[0]).resolve())
     spec = read_run_spec(Path(run_dir))

@@ -15,7 +15,7 @@ from specdraft.trainer.backends import (
     check_fp8_supported,
     resolve_param_dtype,
 )
-from specdraft.trainer.train.run import runtime_check_errors
+from specdraft.trainer.train.preflight import runtime_check_errors
 
 CPU = torch.device("cpu")
 

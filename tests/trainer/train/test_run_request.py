@@ -18,7 +18,7 @@ from specdraft.trainer.disagg.consumer import main as consumer_main
 from specdraft.trainer.disagg.managed import run as managed
 from specdraft.trainer.launch import LaunchPlan
 from specdraft.trainer.request import RunRequest
-from specdraft.trainer.train import run as train_run
+from specdraft.trainer.train import rank_entry
 from specdraft.trainer.train.run_folder import RunFolderError
 
 
@@ -152,7 +152,7 @@ def test_the_dispatch_runs_the_entry_of_the_deployment_mode(
     if expected == "managed":
         assert seen == {"managed": request}
     else:
-        entry = consumer_main.rank_main if expected == "disaggregated" else train_run.rank_main
+        entry = consumer_main.rank_main if expected == "disaggregated" else rank_entry.rank_main
         assert seen == {"entry": entry, "request": request}
 
 
@@ -177,4 +177,4 @@ def test_the_dispatch_refuses_a_fresh_run_into_a_used_folder_unless_told(
 def test_the_offline_rank_entry_refuses_a_disaggregated_request(config_file):
     request = RunRequest.create(str(config_file), ["deployment.disaggregated.managed=false"])
     with pytest.raises(ValueError, match=r"disagg\.consumer\.rank_main"):
-        train_run.rank_main(request)
+        rank_entry.rank_main(request)

@@ -52,7 +52,7 @@ def mirrored_run(tiny_target_path, tmp_path_factory):
             mp.delenv(var, raising=False)
         trainer = build_trainer(config, ctx, progress=False)
         summary = trainer.fit().summary()
-        # What `specdraft train`'s ranks do at the end (train/run.py).
+        # What `specdraft train`'s ranks do at the end (train/rank_entry.py).
         trainer.writer.log_summary(summary)
         trainer.writer.close()
     return out, read_metrics(out / "metrics.jsonl"), summary

@@ -72,7 +72,7 @@ def test_an_anchor_grouped_run_trains_on_the_plan_of_its_loss_masks(tiny_target_
 
 
 def test_the_dry_run_names_the_data_order(tiny_target_path, tmp_path):
-    from specdraft.trainer.train.run import dry_run_plan
+    from specdraft.trainer.train.dry_run import dry_run_plan
 
     grouped = grouped_config(tiny_target_path, tmp_path / "a")
     line = next(s for s in dry_run_plan(grouped, world_size=1).lines if s.startswith("data order"))
@@ -84,7 +84,7 @@ def test_the_dry_run_names_the_data_order(tiny_target_path, tmp_path):
 
 def test_every_sampler_mode_names_its_own_data_order(tiny_target_path, tmp_path):
     from specdraft.config.sampler_mode import MODE_FIELDS, SAMPLER_MODES, sampler_mode
-    from specdraft.trainer.train.run import dry_run_plan
+    from specdraft.trainer.train.dry_run import dry_run_plan
 
     lines = {}
     for mode in SAMPLER_MODES:

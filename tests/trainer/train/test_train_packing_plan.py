@@ -8,7 +8,7 @@ import pytest
 from specdraft.config import validate_config
 from specdraft.config.resume_contract import DATA_ORDER_FIELDS, check_allow_changed
 from specdraft.trainer.train.assembly import run_fingerprint
-from specdraft.trainer.train.run import dry_run_plan
+from specdraft.trainer.train.dry_run import dry_run_plan
 
 
 def config(target: str, **training):

@@ -133,9 +133,9 @@ def train(
     from specdraft.config.report import format_config_error
     from specdraft.trainer.launch import LaunchPlan
     from specdraft.trainer.request import RunRequest
-    from specdraft.trainer.train.run import (
+    from specdraft.trainer.train.dry_run import dry_run_plan
+    from specdraft.trainer.train.preflight import (
         data_path_errors,
-        dry_run_plan,
         runtime_check_errors,
         target_check_errors,
         target_weight_errors,
@@ -214,7 +214,7 @@ def run_or_exit(request: Any) -> dict | None:
 
 def report_outcome(summary: dict | None) -> None:
     """Print rank 0's summary and exit with the status --help documents."""
-    from specdraft.trainer.train.run import USER_ERROR
+    from specdraft.trainer.train.rank_entry import USER_ERROR
 
     if not summary:
         return

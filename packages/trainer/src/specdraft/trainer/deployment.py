@@ -1,6 +1,6 @@
 """Run a `RunRequest` the way its config deploys it: the one place that dispatches on the mode.
 
-- local: the trainer ranks (`train.run.rank_main`) on this node, the target in-process or
+- local: the trainer ranks (`train.rank_entry.rank_main`) on this node, the target in-process or
   offline features;
 - disaggregated (`managed = false`): the ranks of a disaggregated run
   (`disagg.consumer.rank_main`), against a producer that already serves;
@@ -33,7 +33,7 @@ def run_request(request: RunRequest) -> dict[str, Any] | None:
     Raises `RunFolderError` (busy or used folder), `RankFailed` / `StoppedAtOnce` (launch.py).
     """
     from .launch import launch
-    from .train.run import launch_environment_defaults
+    from .train.environment import launch_environment_defaults
 
     launch_environment_defaults()
     with hold_output_folder(request):
@@ -45,7 +45,7 @@ def run_request(request: RunRequest) -> dict[str, Any] | None:
             # The ranks of a disaggregated run read windows from the producer instead.
             from .disagg.consumer import rank_main as rank_entry
         else:
-            from .train.run import rank_main as rank_entry
+            from .train.rank_entry import rank_main as rank_entry
         return launch(request.launch, rank_entry, request)
 
 

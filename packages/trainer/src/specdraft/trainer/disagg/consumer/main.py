@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ...request import RunRequest
-from ...train.run import rank_main as _train_rank_main
+from ...train import rank_entry
 from .trainer import build_disaggregated_trainer
 
 PROG = "python -m specdraft.trainer.disagg.consumer"
@@ -26,7 +26,7 @@ PROG = "python -m specdraft.trainer.disagg.consumer"
 
 def rank_main(request: RunRequest) -> dict[str, Any]:
     """One trainer rank of a disaggregated run (picklable for the elastic launcher)."""
-    return _train_rank_main(request, build=build_disaggregated_trainer)
+    return rank_entry.rank_main(request, build=build_disaggregated_trainer)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from specdraft.config import ConfigError
 
     from ...launch import RankFailed, launch
-    from ...train.run import launch_environment_defaults
+    from ...train.environment import launch_environment_defaults
 
     parser = argparse.ArgumentParser(
         prog=PROG, description="Run this node's trainer ranks for a specdraft run request."
