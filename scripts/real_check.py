@@ -130,6 +130,12 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V")
     parser.add_argument("--speed-batch", type=int, default=16)
     parser.add_argument("--no-speed", action="store_true", help="skip the tokens/s measurement")
+    parser.add_argument(
+        "--features",
+        help="feature folder (default <output_dir>-features); a variant of the recipe that "
+        "changes only the draft (e.g. --set model.draft_vocab_size=N with another output_dir) "
+        "can reuse the recipe's features: build/real/run-dflash-features",
+    )
     args = parser.parse_args()
     work = ROOT / args.work
     timings: list[tuple[str, float]] = []
@@ -188,7 +194,10 @@ def main() -> None:
         ).stdout
     )  # fmt: skip
     run_dir = ROOT / config["output_dir"]
-    features = run_dir.with_name(run_dir.name + "-features")
+    features = (
+        Path(args.features) if args.features else run_dir.with_name(run_dir.name + "-features")
+    )
+    features = features if features.is_absolute() else ROOT / features
     done = step("features: specdraft prepare-features")
     run(
         specdraft, "prepare-features", args.config, *paths, *overrides, "--out", str(features),

@@ -1,5 +1,6 @@
 """Packing is exact: with the same anchors, a document's per-anchor losses and gradients are the
-same packed between other documents as alone (fp32, 1e-6), for DFlash2 and DSpark."""
+same packed between other documents as alone (fp32, 1e-6), for every family, and with a draft
+vocabulary."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ ALGORITHMS = [
     ("dspark", {"dspark": {"markov_type": "rnn", "confidence_uses_markov": True}}),
     ("dspark", {"dspark": {"markov_type": "gated"}}),
     ("dflash", {}),
+    # A draft vocabulary of the first 80 of the 96 tokens: its draft head, id maps and the
+    # out-of-vocabulary labels (one in six) go through the packed path too.
+    ("dflash", {"draft_vocab_size": 80}),
+    ("dspark", {"draft_vocab_size": 80}),
 ]
 
 # Row 0 packs documents 0, 1, 2 (the one under test is 1, between the others) and pads to 36;
@@ -43,13 +48,16 @@ TOL = {"rtol": 1e-6, "atol": 1e-6}
 def _draft(algorithm, overrides, draft_model_config):
     torch.manual_seed(0)
     cfg = draft_model_config(algorithm, **overrides)
-    draft = build_draft(cfg, load_target_config(cfg.target), dtype=torch.float32)
+    ids = None if cfg.draft_vocab_size is None else list(range(cfg.draft_vocab_size))
+    draft = build_draft(cfg, load_target_config(cfg.target), dtype=torch.float32, draft_vocab=ids)
     # Non-trivial conv kernels: the identity init would hide a leak across blocks.
     with torch.no_grad():
         for name, param in draft.named_parameters():
             if "conv" in name:
                 param.add_(0.05 * torch.randn_like(param))
-    return draft, load_target_head(cfg.target, torch.float32)
+    head = load_target_head(cfg.target, torch.float32)
+    draft.init_draft_head(head)
+    return draft, head
 
 
 def _packed_anchors(keep_docs: set[int]) -> tuple[torch.Tensor, torch.Tensor]:
