@@ -9,9 +9,11 @@ the tolerance below leaves an order of magnitude or two for other BLAS builds.
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
+import torch
 from _backend_runs import run_probe, write_config, write_conversations
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
@@ -19,6 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 LOSS_RTOL = 1e-5
 GRAD_NORM_RTOL = 1e-4
 NUM_DRAFT_LAYERS = 2  # write_config's draft: FSDP units = 2 blocks + the root
+DRAFT_VOCAB = 512  # model.draft_vocab_size of the draft-vocabulary runs
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +34,14 @@ def setup(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def one_process(setup):
-    """World 1, accumulation 4: buckets, fixed length, pad to longest (one process, 3 fits)."""
+    """World 1, accumulation 4: buckets, fixed length, pad to longest, and buckets with a draft
+    vocabulary (one process, 4 fits)."""
     folder, config = setup
     sets = {
         "buckets": [],
         "static": ["training.static_shape_buckets=[]"],
         "longest": ["training.static_shapes=false", "training.static_shape_buckets=[]"],
+        "vocab": [f"model.draft_vocab_size={DRAFT_VOCAB}"],
     }
     runs = [[*extra, f"output_dir={folder / name}"] for name, extra in sets.items()]
     return dict(zip(sets, run_probe(1, config, runs), strict=True))
@@ -44,14 +49,16 @@ def one_process(setup):
 
 @pytest.fixture(scope="module")
 def two_ranks(setup):
-    """World 2, accumulation 2, buckets: FSDP1, FSDP2, FSDP1 in bf16 and FSDP1 without clipping
-    (one group, 4 fits)."""
+    """World 2, accumulation 2, buckets: FSDP1, FSDP2, FSDP1 in bf16, FSDP1 without clipping, and
+    FSDP1 / FSDP2 with a draft vocabulary (one group, 6 fits)."""
     folder, config = setup
     sets = {
         "fsdp1": ["training.backend=fsdp1"],
         "fsdp2": ["training.backend=fsdp2"],
         "fsdp1-bf16": ["training.backend=fsdp1", 'training.mixed_precision="bf16"'],
         "fsdp1-noclip": ["training.backend=fsdp1", "training.max_grad_norm=0.0"],
+        "fsdp1-vocab": ["training.backend=fsdp1", f"model.draft_vocab_size={DRAFT_VOCAB}"],
+        "fsdp2-vocab": ["training.backend=fsdp2", f"model.draft_vocab_size={DRAFT_VOCAB}"],
     }
     runs = [
         [*extra, "training.grad_accum_steps=2", f"output_dir={folder / name}"]
@@ -119,3 +126,25 @@ def test_fsdp1_bf16_trains_close_to_fp32(two_ranks):
     assert all(math.isfinite(loss) for loss in bf16["loss"])
     # Step 1 is before any update: only bf16 rounding separates the two.
     assert math.isclose(bf16["loss"][0], fp32["loss"][0], rel_tol=2e-2)
+
+
+@pytest.mark.parametrize("backend", ["fsdp1", "fsdp2"])
+def test_a_draft_vocabulary_trains_the_same_sharded(setup, one_process, two_ranks, backend):
+    from safetensors.torch import load_file
+
+    from specdraft.config import load_config
+    from specdraft.trainer.models import load_target_head
+
+    reference, run = one_process["vocab"], two_ranks[f"{backend}-vocab"]
+    # The vocabulary really changes the objective: another loss than the full vocabulary's.
+    assert not math.isclose(reference["loss"][0], one_process["buckets"]["loss"][0], rel_tol=1e-3)
+    assert_close_curves(run["loss_weight"], reference["loss_weight"], 1e-6, "loss weight")
+    assert_close_curves(run["loss"], reference["loss"], LOSS_RTOL, f"{backend} x2 vocab loss")
+    # The draft's own head (the target's rows of its tokens) stays frozen under sharding.
+    folder, config = setup
+    last = sorted((folder / f"{backend}-vocab" / "checkpoints").glob("step-*"))[-1]
+    weights = load_file(str(last / "model.safetensors"))
+    ids = json.loads((last / "config.json").read_text())["draft_vocab_ids"]
+    head = load_target_head(load_config(config).model.target, torch.float32)
+    assert len(ids) == DRAFT_VOCAB
+    assert torch.equal(weights["lm_head.weight"], head.lm_head.weight[ids])
