@@ -7,7 +7,7 @@ import torch
 from _disaggregated_runs import EXAMPLE
 
 from specdraft.config import load_config
-from specdraft.trainer.disagg.consumer.trainer import PlanMismatch, check_plan
+from specdraft.trainer.disagg.consumer.assembly import PlanMismatch, check_plan
 from specdraft.trainer.runtime import DistContext
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from ...request import RunRequest
 from ...train import rank_entry
-from .trainer import build_disaggregated_trainer
+from .assembly import build_disaggregated_trainer
 
 PROG = "python -m specdraft.trainer.disagg.consumer"
 

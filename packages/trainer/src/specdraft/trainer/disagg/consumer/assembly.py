@@ -1,4 +1,8 @@
-"""The trainer ranks of a disaggregated run: windows from the producer, features from the store."""
+"""Assembly of a disaggregated run's trainer: `train.assembly.build_trainer` with the producer's
+windows and the store's features as its batch source, after checking the producer's plan fits.
+
+It is `train/assembly.py`'s counterpart, kept here because it opens the store and the window
+client (HTTP): `train/` never imports the disaggregated runtime."""
 
 from __future__ import annotations
 
