@@ -44,11 +44,13 @@ def checkpoint(run: Path, name: str) -> Path:
     return run / "checkpoints" / name
 
 
-@pytest.fixture(scope="module")
-def runs(tiny_target_path, tmp_path_factory):
-    """An uninterrupted run, and a run killed after its first checkpoint then resumed."""
+@pytest.fixture(scope="module", params=[None, 512], ids=["full-vocab", "draft-vocab"])
+def runs(request, tiny_target_path, tmp_path_factory):
+    """An uninterrupted run, and a run killed after its first checkpoint then resumed (with the
+    target's whole vocabulary, and with a 512-token draft vocabulary)."""
     root = tmp_path_factory.mktemp("resume")
     settings = {
+        "model": {"draft_vocab_size": request.param},
         # Five optimizer steps per epoch: the resumed part crosses an epoch boundary.
         "data": {"max_samples": 20},
         "training": {
