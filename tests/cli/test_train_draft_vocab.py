@@ -107,13 +107,13 @@ def test_sglang_export_refuses_a_draft_vocabulary(trained, tmp_path):
     assert "SGLang 0.5.23" in done.output and "--format vllm" in done.output
 
 
+# One family is enough for the resume contract and the report (neither depends on it).
+@pytest.mark.parametrize("trained", ["dflash"], indirect=True)
 def test_resume_refuses_another_vocabulary_size(trained, tmp_path):
     from specdraft.trainer.train.assembly import build_trainer
     from specdraft.trainer.train.checkpoint import CheckpointMismatch
 
-    family, root, data, _ = trained
-    if family != "dflash":
-        pytest.skip("one family is enough for the resume contract")
+    _, root, data, _ = trained
     record = (root / "run" / "draft_vocab.json").read_bytes()
     changed = {**data, "model": {**data["model"], "draft_vocab_size": 256}}
     with one_rank() as ctx, pytest.raises(CheckpointMismatch, match="draft_vocab_size"):
@@ -122,10 +122,9 @@ def test_resume_refuses_another_vocabulary_size(trained, tmp_path):
     assert (root / "run" / "draft_vocab.json").read_bytes() == record
 
 
+@pytest.mark.parametrize("trained", ["dflash"], indirect=True)
 def test_explain_vocab_reports_the_configured_size(trained, tmp_path):
-    family, root, data, _ = trained
-    if family != "dflash":
-        pytest.skip("the report does not depend on the family")
+    _, root, data, _ = trained
     config = write_config(tmp_path / "run.toml", data)
     done = CliRunner().invoke(cli, ["explain-vocab", str(config), "--format", "json"])
     assert done.exit_code == 0, done.output

@@ -6,7 +6,12 @@ import json
 
 import click
 
-from .explain_cmd import EXIT_FATAL, _config_error_text, _fail
+from .common import CONFIG_ERROR_EXIT, load_or_exit
+
+
+def _fail(message: str) -> None:
+    click.echo(message, err=True)
+    raise SystemExit(CONFIG_ERROR_EXIT)
 
 
 def _sizes(value: str | None) -> tuple[int, ...] | None:
@@ -54,16 +59,11 @@ def explain_vocab(
     size the share of labels the draft vocabulary holds on both, with the smallest sizes that
     cover 95/98/99% of held-out labels. No model is built and the target is never run.
     """
-    from specdraft.config import ConfigError, load_config
-
     try:
         shown = _sizes(sizes)
     except click.BadParameter as err:
         _fail(f"explain-vocab: --sizes: {err.message}")
-    try:
-        config = load_config(config_path, overrides)
-    except ConfigError as err:
-        _fail(_config_error_text(err, overrides))
+    config = load_or_exit(config_path, overrides)
 
     from specdraft.trainer.models import load_target_config
     from specdraft.trainer.models.config import target_text_config
@@ -91,6 +91,3 @@ def explain_vocab(
         click.echo(json.dumps(report, indent=2))
     else:
         click.echo(render_vocab_text(report, config_path), nl=False)
-
-
-__all__ = ["EXIT_FATAL", "explain_vocab"]

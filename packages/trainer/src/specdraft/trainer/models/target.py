@@ -16,8 +16,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-_EMBED_KEYS = ("model.embed_tokens.weight", "model.language_model.embed_tokens.weight")
-_HEAD_KEYS = ("lm_head.weight", "model.lm_head.weight")
+# Where a causal LM's safetensors keep the embedding and the LM head (also read by the pre-start
+# check of `specdraft train`, train/preflight.py).
+EMBED_KEYS = ("model.embed_tokens.weight", "model.language_model.embed_tokens.weight")
+HEAD_KEYS = ("lm_head.weight", "model.lm_head.weight")
 _SINGLE_FILE = "model.safetensors"
 _INDEX_FILE = "model.safetensors.index.json"
 
@@ -82,7 +84,7 @@ def _read_json(path: Path) -> dict:
         raise ValueError(f"{path}: not valid JSON ({exc})") from None
 
 
-def _tensor_files(folder: Path) -> dict[str, Path]:
+def tensor_files(folder: Path) -> dict[str, Path]:
     """Map every tensor name to the safetensors file that holds it."""
     index = folder / _INDEX_FILE
     if index.is_file():
@@ -134,15 +136,15 @@ def load_target_head(path: str | Path, dtype: torch.dtype = torch.bfloat16) -> T
     config = _read_json(folder / "config.json")
     text = config.get("text_config", config)
     tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
-    files = _tensor_files(folder)
-    embed_name = _first_present(_EMBED_KEYS, files)
+    files = tensor_files(folder)
+    embed_name = _first_present(EMBED_KEYS, files)
     if embed_name is None:
         raise KeyError(
-            f"{folder}: no embedding tensor ({' or '.join(_EMBED_KEYS)}) in the safetensors "
+            f"{folder}: no embedding tensor ({' or '.join(EMBED_KEYS)}) in the safetensors "
             "files; is model.target a causal LM?"
         )
     embed = _read_tensor(embed_name, files[embed_name]).to(dtype)
-    head_name = _first_present(_HEAD_KEYS, files)
+    head_name = _first_present(HEAD_KEYS, files)
     if head_name is None and not tied:
         raise KeyError(
             f"{folder}: no lm_head.weight in the safetensors files and config.json does not set "

@@ -84,18 +84,18 @@ def target_weight_errors(config: Config) -> list[str]:
     the safetensors headers only: a mismatch is refused before any weight loads."""
     if config.deployment.mode == "disaggregated":
         return []  # the trainer ranks read only the target's head; the capture servers load it
-    from ..models.target import _EMBED_KEYS, _HEAD_KEYS, _tensor_files
+    from ..models.target import EMBED_KEYS, HEAD_KEYS, tensor_files
 
     folder = Path(config.model.target)
     try:
         text = json.loads((folder / "config.json").read_text())
         text = text.get("text_config", text)
-        files = _tensor_files(folder)
+        files = tensor_files(folder)
     except (OSError, ValueError) as exc:
         return [f"model.target = {str(folder)!r}: cannot read its weights ({exc})"]
     vocab, hidden = text.get("vocab_size"), text.get("hidden_size")
     errors = []
-    for names in (_EMBED_KEYS, _HEAD_KEYS):
+    for names in (EMBED_KEYS, HEAD_KEYS):
         name = next((n for n in names if n in files), None)
         if name is None:
             continue
