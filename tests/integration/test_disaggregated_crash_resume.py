@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _disaggregated_runs import (
+from disagg_runs import (
     EXAMPLE,
     ROOT,
     RUN_TIMEOUT_S,

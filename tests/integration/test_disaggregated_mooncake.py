@@ -9,7 +9,7 @@ the losses must match it as closely as the embedded store's run does.
 from __future__ import annotations
 
 import pytest
-from _disaggregated_runs import (
+from disagg_runs import (
     COUNTERS,
     STEPS,
     ledger_state,

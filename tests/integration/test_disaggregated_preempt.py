@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from _disaggregated_runs import (
+from disagg_runs import (
     EXAMPLE,
     ROOT,
     RUN_TIMEOUT_S,

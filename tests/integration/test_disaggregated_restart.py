@@ -16,7 +16,7 @@ import shutil
 
 import pytest
 import torch
-from _disaggregated_runs import (
+from disagg_runs import (
     STEPS,
     ledger_state,
     planned_samples,

@@ -14,7 +14,7 @@ variants one length (2 graphs), and the two error tests the same 2 graphs.
 from __future__ import annotations
 
 import pytest
-from _backend_runs import run_probe, write_config, write_conversations
+from backend_runs import run_probe, write_config, write_conversations
 
 from specdraft.config import ShapePolicy, load_config
 from specdraft.trainer.backends.compile import COMPILE_BACKEND_ENV

@@ -14,7 +14,7 @@ import math
 
 import pytest
 import torch
-from _backend_runs import run_probe, write_config, write_conversations
+from backend_runs import run_probe, write_config, write_conversations
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 

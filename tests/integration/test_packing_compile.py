@@ -11,7 +11,7 @@ block, one length: 2 graphs) because compiles are slow on CPU.
 from __future__ import annotations
 
 import pytest
-from _backend_runs import run_probe, write_config, write_conversations
+from backend_runs import run_probe, write_config, write_conversations
 
 from specdraft.config import ShapePolicy, load_config
 

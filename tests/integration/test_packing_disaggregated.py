@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from _disaggregated_runs import (
+from disagg_runs import (
     BUCKETS,
     EXAMPLE,
     SAMPLES_PER_STEP,

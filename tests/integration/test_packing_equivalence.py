@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from _backend_runs import run_probe, write_config, write_conversations
+from backend_runs import run_probe, write_config, write_conversations
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 

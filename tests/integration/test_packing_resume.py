@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _backend_runs import write_conversations
+from backend_runs import write_conversations
 from train_support import DIST_ENV, tiny_run, write_config
 
 pytestmark = [pytest.mark.slow]

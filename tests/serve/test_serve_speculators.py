@@ -16,13 +16,13 @@ from serve_support import ROOT, specdraft_cli, speculators_python
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-FORWARD = Path(__file__).with_name("_speculators_forward.py")
+FORWARD = ROOT / "tests" / "support" / "speculators_forward.py"
 ANCHORS = torch.tensor([2, 9, 15])
 LENGTH = 24
 
 
 def specdraft_outputs(checkpoint: Path, target: Path, inputs: dict) -> dict:
-    """specdraft's draft on the same inputs: what _speculators_forward.py writes for speculators."""
+    """specdraft's draft on the same inputs: what speculators_forward.py writes for speculators."""
     from specdraft.trainer.export import load_checkpoint_draft
     from specdraft.trainer.models import load_target_head
 

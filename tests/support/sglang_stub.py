@@ -22,8 +22,9 @@ into the run's store, and a request it fails answers the HTTP status of its FINI
 
 Its command line follows the capture interface named by `SPECDRAFT_SGLANG_STUB_INTERFACE`
 ("0.5.23", the default, or "aux-capture") and refuses what that SGLang refuses
-(`check_capture_args`, compared with the real parser in tests/trainer/test_sglang_real_parser.py);
-`ServerArgs` below carries the fields the launcher's interface detection reads.
+(`check_capture_args`, compared with the real parser in
+tests/trainer/disagg/capture/test_sglang_real_parser.py); `ServerArgs` below carries the fields
+the launcher's interface detection reads.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Run by the speculators venv's python: a `--format speculators` export through speculators'
-own classes. `python _speculators_forward.py EXPORT INPUTS.safetensors OUT.safetensors`.
+own classes. `python speculators_forward.py EXPORT INPUTS.safetensors OUT.safetensors`.
 
 The draft is loaded with `SpeculatorModel.from_pretrained` (the class comes from the config's
 `speculators_model_type`; embeddings and LM head from the recorded verifier), in fp32, then run

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _disaggregated_runs import EXAMPLE
+from disagg_runs import EXAMPLE
 
 from specdraft.config import load_config
 from specdraft.trainer.disagg.consumer.assembly import PlanMismatch, check_plan

@@ -1,7 +1,7 @@
 """Trainer.fit of several configs in one process group, reporting what the backend tests compare.
 
 Run as a subprocess (a fresh process per group keeps torch.distributed and Dynamo state out of
-pytest): `python -c "...; _fit_probe.main()" NPROC CONFIG OVERRIDE_SETS_JSON [TWEAKS_JSON]`. One
+pytest): `python -c "...; fit_probe.main()" NPROC CONFIG OVERRIDE_SETS_JSON [TWEAKS_JSON]`. One
 rank runs in this process; more ranks are started by `specdraft.trainer.launch.launch`, exactly as
 `specdraft train` starts them. Prints one JSON line: rank 0's list of per-run reports.
 

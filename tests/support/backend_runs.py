@@ -114,7 +114,7 @@ def run_probe(
     tweaks: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Fit each override set of `config` in one group of `nproc` ranks; rank 0's reports."""
-    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import _fit_probe; _fit_probe.main()"
+    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import fit_probe; fit_probe.main()"
     argv = [sys.executable, "-c", code, str(nproc), str(config), json.dumps(override_sets)]
     argv.append(json.dumps(tweaks or {}))
     # Its own session, so a timeout kills the ranks too (killing only the probe left them

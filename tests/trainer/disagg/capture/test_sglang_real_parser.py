@@ -29,7 +29,7 @@ from specdraft.trainer.disagg.capture.sglang_launcher import (
 # Every test here runs SGLang's own code in its venv (build/sglang-venv, built by `make test`).
 pytestmark = pytest.mark.sglang
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 CHECK = ROOT / "tests" / "support" / "sglang_real_check.py"
 EXAMPLES = {
     "dflash2": ROOT / "examples" / "qwen3-8b-dflash2-8192.toml",
