@@ -32,10 +32,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from specdraft.trainer.models import DFlash2Config, DraftTrainSpec, DSparkConfig
+from specdraft.trainer.models import DraftTrainSpec
 from specdraft.trainer.models.backbone import BlockTargets, DraftModel
 from specdraft.trainer.models.dflash2 import DFlash2DraftModel
+from specdraft.trainer.models.dflash2.hf_config import DFlash2Config
 from specdraft.trainer.models.dflash2.selector import candidate_set
+from specdraft.trainer.models.dspark.hf_config import DSparkConfig
 from specdraft.trainer.models.dspark.model import Qwen3DSparkModel, block_slots
 from specdraft.trainer.models.losses import (
     DraftLoss,

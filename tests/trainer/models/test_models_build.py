@@ -9,15 +9,15 @@ import torch
 from transformers import AutoConfig, Qwen3Config
 
 from specdraft.trainer.models import (
-    DFlash2DraftModel,
-    DFlashDraftModel,
     DraftTrainSpec,
-    Qwen3DSparkModel,
     build_draft,
     load_target_config,
     load_target_head,
     sample_anchors,
 )
+from specdraft.trainer.models.dflash import DFlashDraftModel
+from specdraft.trainer.models.dflash2 import DFlash2DraftModel
+from specdraft.trainer.models.dspark import Qwen3DSparkModel
 from specdraft.trainer.models.layers import rotary_tables
 from specdraft.trainer.models.masks import dense_block_mask
 

@@ -77,7 +77,8 @@ class DraftModel(PreTrainedModel):
     config_class = DFlashDraftConfig
     base_model_prefix = ""
     main_input_name = "input_ids"
-    _no_split_modules: ClassVar[list[str]] = ["DFlashDecoderLayer", "DFlash2DecoderLayer"]
+    # The layer class FSDP / device maps must not split; a family with its own layer names it.
+    _no_split_modules: ClassVar[list[str]] = ["DFlashDecoderLayer"]
     # Batch keys a family needs beyond REQUIRED_KEYS (DSpark: target_last_hidden_states).
     extra_batch_keys: tuple[str, ...] = ()
 

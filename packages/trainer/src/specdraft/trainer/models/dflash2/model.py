@@ -14,6 +14,8 @@ target token), so candidates are mapped to target ids before their codebook rows
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -76,6 +78,7 @@ class DFlash2DraftModel(DraftModel):
     """The DFlash2 draft; the class name is the `architectures` entry SGLang loads it by."""
 
     config_class = DFlash2Config
+    _no_split_modules: ClassVar[list[str]] = ["DFlash2DecoderLayer"]
 
     def __init__(self, config: DFlash2Config) -> None:
         super().__init__(config)
