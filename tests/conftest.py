@@ -1,8 +1,10 @@
-"""Shared test settings: caches under build/ so compiled graphs and tiny assets are reused, and
-the order in which `pytest -n 2 --dist loadfile` (make test) hands test files to its workers."""
+"""Shared test settings: caches under build/ so compiled graphs and tiny assets are reused, the
+order in which `pytest -n 2 --dist loadfile` (make test) hands test files to its workers, and
+every tiny-asset fixture."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -21,51 +23,102 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # cores cost several times the work. The launcher's ranks and services inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-# The longest test files (measured on two cores from a cold cache), handed out first so that
-# neither worker is left alone with a long file at the end; every other file follows in
-# collection order. The order only changes wall time, never a result. The first entries are
-# the mypy check (which needs no tiny target), the file that builds the tiny target while that
-# runs, then the torch-free config and collate tests, so the other worker has work that does not
-# wait for the target's build (build/cache, behind a lock).
-FIRST = (
-    "test_types.py",
-    "integration/test_disaggregated_crash_resume.py",
-    "config/",
-    "collate/",
-    "integration/test_distributed_compile.py",
-    "integration/test_packing_compile.py",
-    "integration/test_bench_packing.py",
-    "integration/test_bench_smoke.py",
-    "integration/test_disaggregated_managed.py",
-    "integration/test_packing_disaggregated.py",
-    "integration/test_quickstart.py",
-    # After the longest files, so that `make test`'s background build of build/vllm-venv (about
-    # five minutes cold) is done by then; the speculators file is short and stays last.
-    "serve/test_serve_vllm.py",
-    "integration/test_disaggregated_mooncake.py",
-    "integration/test_disaggregated_restart.py",
-    "integration/test_distributed_equivalence.py",
-    "integration/test_packing_resume.py",
-    "integration/test_packing_equivalence.py",
-    "cli/test_train_cli.py",
-)
+# The order in which `pytest -n 2 --dist loadfile --no-loadscope-reorder` (make test) hands test
+# files to its workers: the longest first, so that neither worker is left alone with a long file
+# at the end. The times are the ones tests/durations.json records (seconds per file, setup and
+# teardown included), written by a run with --record-durations (tests/README.md: the command); a
+# file it has no time for counts SLOW_TEST_S per test marked `slow` (the marker's threshold), so
+# a new slow file is still handed out early. The order only changes wall time, never a result.
+DURATIONS = ROOT / "tests" / "durations.json"
+SLOW_TEST_S = 20.0
 
 
-def _rank(path: Path) -> int:
-    """The position of a test file in FIRST (a folder entry covers its files), else last."""
+def pytest_addoption(parser):
+    parser.addoption(
+        "--record-durations",
+        action="store_true",
+        help="write each test file's time (setup, call, teardown) into tests/durations.json",
+    )
+
+
+def pytest_configure(config):
+    """A file's time is the time of all its tests: a selection by marker or name would record
+    a part of it."""
+    selected = config.getoption("markexpr") or config.getoption("keyword")
+    if config.getoption("--record-durations") and selected:
+        raise pytest.UsageError("--record-durations times whole files: run it without -m or -k")
+
+
+def record() -> dict:
+    """tests/durations.json: `seconds` per test file (repository-relative path), the `command`
+    that writes it, and a `note` while some of its times were not measured by one run."""
     try:
-        relative = path.resolve().relative_to(ROOT / "tests").as_posix()
-    except ValueError:
-        return len(FIRST)
-    for index, entry in enumerate(FIRST):
-        if relative == entry or (entry.endswith("/") and relative.startswith(entry)):
-            return index
-    return len(FIRST)
+        return json.loads(DURATIONS.read_text())
+    except FileNotFoundError:
+        return {"seconds": {}}
+
+
+def recorded_seconds() -> dict[str, float]:
+    return record()["seconds"]
+
+
+def file_of(nodeid: str) -> str:
+    """The repository-relative test file of a node id (rootdir is the repository)."""
+    return nodeid.split("::", 1)[0]
 
 
 def pytest_collection_modifyitems(config, items):
-    """Heavy files first (see FIRST); a stable sort keeps each file's tests in their order."""
-    items.sort(key=lambda item: _rank(Path(str(item.path))))
+    """Longest files first (see DURATIONS); a stable sort keeps each file's tests in order and
+    files of equal time in collection order."""
+    recorded = recorded_seconds()
+    estimates: dict[str, float] = {}
+    for item in items:
+        path = file_of(item.nodeid)
+        slow = SLOW_TEST_S if item.get_closest_marker("slow") else 0.0
+        estimates[path] = estimates.get(path, 0.0) + slow
+    seconds = {path: recorded.get(path, estimate) for path, estimate in estimates.items()}
+    items.sort(key=lambda item: -seconds[file_of(item.nodeid)])
+
+
+# Seconds spent per test file in this run (with xdist, the controller sees every worker's reports).
+SPENT: dict[str, float] = {}
+RECORD_COMMAND = (
+    ".venv/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests "
+    "--record-durations"
+)
+
+
+def pytest_runtest_logreport(report):
+    path = file_of(report.nodeid)
+    SPENT[path] = SPENT.get(path, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    """With --record-durations, on the controller: the files this run ran get their new time;
+    files it did not run keep theirs, and files that are gone are dropped."""
+    config = session.config
+    if not config.getoption("--record-durations") or hasattr(config, "workerinput"):
+        return
+    kept = {path: value for path, value in recorded_seconds().items() if (ROOT / path).is_file()}
+    kept.update({path: round(value, 1) for path, value in SPENT.items()})
+    ordered = dict(sorted(kept.items(), key=lambda entry: (-entry[1], entry[0])))
+    # The note says how the times this run did not make were made; once a run makes all, none.
+    note = {"note": record()["note"]} if "note" in record() and set(kept) - set(SPENT) else {}
+    text = json.dumps({**note, "command": RECORD_COMMAND, "seconds": ordered}, indent=1)
+    DURATIONS.write_text(text + "\n")
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Name the files this run ran that tests/durations.json has no time for."""
+    if config.getoption("--record-durations") or hasattr(config, "workerinput"):
+        return
+    unrecorded = sorted(set(SPENT) - set(recorded_seconds()))
+    if unrecorded:
+        terminalreporter.write_line(
+            f"tests/durations.json has no time for {len(unrecorded)} test file(s) "
+            f"(first: {unrecorded[0]}), handed out by their slow marks; record them with: "
+            f"{RECORD_COMMAND}"
+        )
 
 
 # ------------------------------------------------------------------------------ tiny targets
