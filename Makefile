@@ -71,13 +71,14 @@ serve-check: $(BIN)/.installed
 real-check: $(BIN)/.installed
 	$(BIN)/python scripts/real_check.py
 
-# build/sglang-venv (SGLang's real argument parser, for the tests/trainer/disagg SGLang tests)
+# build/sglang-venv (SGLang's real argument parser, for the tests marked sglang)
 # is mostly a download and an unpack, not compute: it is built in the background while ruff and
 # the first tests run; the SGLang tests wait for it (scripts/sglang_venv.sh holds a lock) and
 # report its errors. An up-to-date venv is kept as is.
 # The tests run on TEST_WORKERS pytest-xdist workers, a test file at a time on one worker (module
-# fixtures run once), longest files first (tests/conftest.py); failures and the -ra summary are
-# reported as in a plain run.
+# fixtures run once), longest files first by the times of tests/durations.json, which every run
+# refreshes (--record-durations; tests/README.md); failures and the -ra summary are reported as
+# in a plain run.
 TEST_WORKERS ?= 2
 test: setup
 	mkdir -p build
@@ -92,7 +93,7 @@ test: setup
 		>build/specforge-venv.log 2>&1 &
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-		--durations=20 tests
+		--durations=20 --record-durations tests
 	$(MAKE) tox
 
 # tox.ini's envs (config, collate, trainer, cli), one at a time: each package installed alone from
