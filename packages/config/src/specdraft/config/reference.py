@@ -107,19 +107,27 @@ def _annotation_text(annotation: Any) -> str:
     return _NAMES.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
+def format_bound(value: Any) -> str:
+    """A bound as text, the same for 0 and 0.0: pydantic may hand back an equal cached
+    annotated_types bound of the other type (Ge(0) == Ge(0.0)), depending on import order."""
+    if isinstance(value, (int, float)) and float(value).is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def _constraints(metadata: tuple[Any, ...]) -> list[str]:
     out = []
     for item in metadata:
         inner = item.metadata if isinstance(item, FieldInfo) else [item]
         for m in inner:
             if isinstance(m, at.Gt):
-                out.append(f"> {m.gt}")
+                out.append(f"> {format_bound(m.gt)}")
             elif isinstance(m, at.Ge):
-                out.append(f">= {m.ge}")
+                out.append(f">= {format_bound(m.ge)}")
             elif isinstance(m, at.Lt):
-                out.append(f"< {m.lt}")
+                out.append(f"< {format_bound(m.lt)}")
             elif isinstance(m, at.Le):
-                out.append(f"<= {m.le}")
+                out.append(f"<= {format_bound(m.le)}")
             elif isinstance(m, at.MinLen):
                 out.append("non-empty" if m.min_length == 1 else f"length >= {m.min_length}")
             elif getattr(m, "pattern", None):
