@@ -6,7 +6,13 @@ import json
 
 import click
 
-from .common import CONFIG_ERROR_EXIT, load_or_exit
+from .common import (
+    CONFIG_ERROR_EXIT,
+    config_argument,
+    format_option,
+    load_or_exit,
+    overrides_option,
+)
 
 
 def _fail(message: str) -> None:
@@ -27,30 +33,17 @@ def _sizes(value: str | None) -> tuple[int, ...] | None:
 
 
 @click.command("explain-vocab")
-@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+@config_argument
 @click.option(
     "--sizes",
     metavar="N,N,...",
     help="Draft vocabulary sizes to show besides the configured one and the suggestions "
     "(default 8192,16384,32768).",
 )
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Text for people, JSON for machines.",
-)
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a config value, e.g. --set model.draft_vocab_size=16384 (repeatable).",
-)
+@format_option("text", "json", help="Text for people, JSON for machines.")
+@overrides_option
 def explain_vocab(
-    config_path: str, sizes: str | None, output_format: str, overrides: tuple[str, ...]
+    config_path: str, sizes: str | None, fmt: str, overrides: tuple[str, ...]
 ) -> None:
     """Dry run: what a draft vocabulary (model.draft_vocab_size) of each size covers.
 
@@ -87,7 +80,7 @@ def explain_vocab(
         sizes=shown or DEFAULT_SIZES,
         hidden_size=hidden,
     )
-    if output_format == "json":
+    if fmt == "json":
         click.echo(json.dumps(report, indent=2))
     else:
         click.echo(render_vocab_text(report, config_path), nl=False)
