@@ -74,4 +74,5 @@ pip=("$PYTHON" -m pip --python "$VENV/bin/python" install -q --disable-pip-versi
 "${pip[@]}" --no-deps ./packages/sglang-plugin
 "$VENV/bin/python" -c "import torch; assert torch.__version__.endswith('+cpu'), torch.__version__"
 "$VENV/bin/python" -c "import sglang.srt.server_args, sglang.srt.arg_groups.validation_hook"
+venv_share_files "$VENV"
 venv_stamp "$VENV" "$want"

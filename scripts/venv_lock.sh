@@ -19,3 +19,9 @@ venv_current() {
 venv_stamp() {
   echo "$2" >"$1/.specdraft-stamp"
 }
+
+# The builder's step before its stamp: files identical to the project's other finished venvs
+# become hard links (scripts/share_files.sh says why and when that is safe).
+venv_share_files() {
+  bash scripts/share_files.sh "$1"
+}

@@ -35,4 +35,5 @@ pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 "$VENV/bin/python" -c "import torch; assert torch.__version__.endswith('+cpu'), torch.__version__"
 "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__)"
+venv_share_files "$VENV"
 venv_stamp "$VENV" "$want"

