@@ -188,6 +188,39 @@ def test_dry_run_memory_estimate_of_the_qwen3_8b_example_is_sane(tmp_path, no_la
     assert float(found.group(2)) == pytest.approx(float(found.group(1)) * 1e6 * 4 / 2**30, 0.01)
 
 
+def test_dry_run_plans_a_draft_vocabulary_as_frozen_head_and_narrower_logits(tmp_path, no_launch):
+    target = tmp_path / "qwen3-8b"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps(QWEN3_8B))
+    full = train(str(EXAMPLE), "--dry-run", "--set", f"model.target={target}")
+    assert full.exit_code == 0, full.output
+    pruned = train(
+        str(EXAMPLE),
+        "--dry-run",
+        "--set",
+        f"model.target={target}",
+        "--set",
+        "model.draft_vocab_size=32768",
+    )
+    assert pruned.exit_code == 0, pruned.output
+    before, after = plan_lines(full.output), plan_lines(pruned.output)
+    assert before["vocabulary"] == "the target's 151,936 tokens (model.draft_vocab_size unset)"
+    assert after["vocabulary"].startswith("32,768 of the target's 151,936 tokens (22%)")
+    assert "specdraft explain-vocab" in after["vocabulary"]
+    # The draft's own head is frozen rows of the target's: not trained, counted as frozen.
+    assert after["draft"] == before["draft"]
+    frozen = gib(after["memory/rank"], "frozen embedding+LM head")
+    assert frozen == pytest.approx((2 * 151936 + 32768) * 4096 * 4 / 2**30, abs=0.01)
+
+    # The logits chunk is as wide as the draft vocabulary.
+    def logits(plan: dict[str, str]) -> float:
+        found = re.search(r"~([\d.]+) (GiB|MiB) logits", plan["memory/rank"])
+        assert found, plan["memory/rank"]
+        return float(found.group(1)) * (1024 if found.group(2) == "GiB" else 1)
+
+    assert logits(after) / logits(before) == pytest.approx(32768 / 151936, rel=0.02)
+
+
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_fp8_linear_on_cpu_is_refused_before_any_rank_starts(tiny_config, no_launch, dry_run):
     args = [str(tiny_config), "--set", "training.fp8_linear=true"]

@@ -26,7 +26,8 @@ def dry_run_plan(config: Config, *, world_size: int) -> DryRunPlan:
 
     target_config = load_target_config(config.model.target)
     draft = build_draft(config.model, target_config, dtype=torch.float32, device="meta")
-    params = sum(p.numel() for p in draft.parameters())
+    # Trainable only: a draft vocabulary's head is the target's rows, frozen (counted below).
+    params = sum(p.numel() for p in draft.parameters() if p.requires_grad)
     training = config.training
     # The dry run's one shape policy: the lines below and the compile plan read it.
     shapes = ShapePolicy.from_config(config)
@@ -41,13 +42,18 @@ def dry_run_plan(config: Config, *, world_size: int) -> DryRunPlan:
     text = target_config.get_text_config()
     vocab = int(text.vocab_size)
     hidden = int(text.hidden_size)
+    # The draft's logits are as wide as its vocabulary; its own head is frozen rows of the target's.
+    logits_width = config.model.draft_vocab_size or vocab
+    draft_head = hidden * config.model.draft_vocab_size if config.model.draft_vocab_size else 0
     bs = config.model.block_size
     tokens = training.num_anchors * bs * training.micro_batch_size
-    # The largest transient: one chunk of full-vocabulary fp32 logits (and its gradient).
+    # The largest transient: one chunk of fp32 logits (and its gradient).
     chunk_blocks = min(training.logits_chunk_blocks, training.num_anchors)
-    logits_bytes = 2 * chunk_blocks * bs * training.micro_batch_size * vocab * 4
+    logits_bytes = 2 * chunk_blocks * bs * training.micro_batch_size * logits_width * 4
     dtype_bytes = 2 if device.startswith("cuda") else 4  # bf16 on GPU, fp32 on CPU
-    frozen_bytes = 2 * vocab * hidden * dtype_bytes
+    # Tied targets hold one embedding matrix for both (TargetHead shares it).
+    target_matrices = 1 if getattr(target_config, "tie_word_embeddings", False) else 2
+    frozen_bytes = (target_matrices * vocab * hidden + draft_head) * dtype_bytes
     # Each rank's micro-batch features: [micro, max_length, L*H (+ H for DSpark)].
     width = family_of(config).input_width(hidden, len(config.model.target_layer_ids))
     features_bytes = training.micro_batch_size * config.data.max_length * width * dtype_bytes
@@ -69,8 +75,10 @@ def dry_run_plan(config: Config, *, world_size: int) -> DryRunPlan:
         f" {'rows' if shapes.packing else 'samples'} per optimizer step; {tokens} draft tokens "
         f"per micro-batch",
         f"draft:       {params / 1e6:.1f}M trainable parameters",
+        f"vocabulary:  {vocabulary_line(config, vocab)}",
         f"memory/rank: ~{memory(state_bytes)} weights+grads+AdamW (sharded), "
-        f"~{memory(frozen_bytes)} frozen embedding+LM head, ~{memory(logits_bytes)} logits "
+        f"~{memory(frozen_bytes)} frozen embedding+LM head"
+        f"{'s' if draft_head else ''}, ~{memory(logits_bytes)} logits "
         f"chunk, ~{memory(features_bytes)} target features per micro-batch",
         f"target:      {in_process_target_line(config, target_config, dtype_bytes)}",
         f"flops:       {flops_plan_line(draft.config, config)}",
@@ -98,6 +106,18 @@ def _order_line(config: Config) -> str:
         "packed": "packed windows: shuffled conversations packed first-fit-decreasing into rows",
     }
     return lines[sampler_mode(config)]
+
+
+def vocabulary_line(config: Config, target_vocab: int) -> str:
+    """The draft's output vocabulary: the target's, or how many of its tokens and how chosen."""
+    size = config.model.draft_vocab_size
+    if not size:
+        return f"the target's {target_vocab:,} tokens (model.draft_vocab_size unset)"
+    return (
+        f"{size:,} of the target's {target_vocab:,} tokens ({size / target_vocab:.0%}): the "
+        f"corpus's most frequent labels, counted when the run starts (a label outside them is "
+        f"a miss); coverage per size: specdraft explain-vocab"
+    )
 
 
 def _packing_line(config: Config, shapes: ShapePolicy) -> str:
