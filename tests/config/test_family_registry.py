@@ -69,3 +69,45 @@ def test_the_chosen_familys_rules_run_and_the_others_do_not():
 def test_a_registry_name_whose_module_has_no_rules_of_that_name_is_refused():
     with pytest.raises(TypeError, match=r"families\.base\.RULES must be the FamilyRules named"):
         load_registered("specdraft.config.families", ["base"], FamilyRules)
+
+
+def test_a_familys_lint_codes_live_with_the_family_and_join_the_code_table():
+    import inspect
+
+    from specdraft.config import codes
+
+    declared = [code for rules in FAMILY_RULES.values() for code in rules.codes]
+    assert {c.code for c in FAMILY_RULES["dflash2"].codes} == {"SD303", "SD317", "SD325"}
+    for code in declared:
+        assert codes.get(code.code) is code
+        assert code in codes.CODES
+    # One table in code order, each number once; the shared module names no family's code.
+    assert [c.code for c in codes.CODES] == sorted(c.code for c in codes.CODES)
+    assert len(codes.BY_CODE) == len(codes.CODES)
+    source = inspect.getsource(codes)
+    for code in declared:
+        assert code.code not in source
+    # A family's rule types are reported under the family's own codes.
+    for rules in FAMILY_RULES.values():
+        for rule_type in rules.rule_types:
+            assert code_for(rule_type) in rules.codes
+
+
+def test_the_families_served_with_a_draft_vocabulary_come_from_the_registry():
+    from specdraft.config.draft_vocab_rules import served_with_draft_vocab
+
+    assert served_with_draft_vocab() == tuple(
+        name for name, rules in FAMILY_RULES.items() if rules.draft_vocab_served
+    )
+    assert served_with_draft_vocab() == ("dflash", "dspark")
+
+
+def test_importing_the_families_first_or_the_codes_first_both_work():
+    # The table imports the families; they declare codes with lint_code.Code, not the table.
+    for first in ("specdraft.config.families", "specdraft.config.codes"):
+        code = f"import {first}\nfrom specdraft.config.codes import CODES\nprint(len(CODES))"
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        assert int(done.stdout) > 50

@@ -4,32 +4,18 @@ Codes never change meaning once released, so users can grep for them and tools c
 Ranges: SD0xx the file itself (I/O, TOML syntax), SD1xx the schema (unknown, missing, wrong type
 or value), SD2xx shape buckets, static shapes, compile and fp8, SD3xx the model and its target,
 SD4xx deployment, SD5xx tracking. A schema rule error type (`schema.RULE_TYPES`) or a pydantic
-error type maps to exactly one code through `code_for`.
+error type maps to exactly one code through `code_for`. A family's own codes live with the
+family (`FamilyRules.codes`) and join the table here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from .families import FAMILY_RULES
+from .lint_code import Code, Severity
 
-Severity = Literal["error", "warning", "note"]
-
-
-@dataclass(frozen=True)
-class Code:
-    """One lint code: what it is called, how bad it is, and which error types it covers."""
-
-    code: str
-    name: str
-    severity: Severity
-    summary: str
-    # Error types (schema rule types or pydantic types) reported under this code.
-    types: tuple[str, ...] = ()
-    # The file could not be checked at all (unreadable, not TOML): exit status 2, not 1.
-    fatal: bool = False
-
-
-CODES: tuple[Code, ...] = (
+# The codes of the shared rules. A family's own codes are declared with the family
+# (`families/<name>.py`, `FamilyRules.codes`) and merged into `CODES` below.
+CORE_CODES: tuple[Code, ...] = (
     # ---- the file
     Code("SD001", "toml-syntax", "error", "The file is not valid TOML.", fatal=True),
     Code("SD002", "io", "error", "The file cannot be read (missing, a folder, not UTF-8).",
@@ -119,9 +105,6 @@ CODES: tuple[Code, ...] = (
          ("layer_id_negative",)),
     Code("SD302", "layer-id-duplicate", "error", "A target layer id is listed twice.",
          ("layer_id_duplicate",)),
-    Code("SD303", "selector-gold-policy-missing", "error",
-         "algorithm = 'dflash2' without model.dflash2.selector_gold_policy.",
-         ("selector_gold_policy_missing",)),
     Code("SD304", "loss-decay-gamma-missing", "error",
          "No published loss_decay_gamma for the block size, and none is set.",
          ("loss_decay_gamma_missing",)),
@@ -138,8 +121,6 @@ CODES: tuple[Code, ...] = (
     Code("SD315", "target-unreadable", "warning",
          "The target's config could not be read, so the target checks were skipped."),
     Code("SD316", "fp8-needs-cuda", "note", "fp8_linear runs only on CUDA GPUs."),
-    Code("SD317", "conv-group-not-divisor", "error",
-         "model.dflash2.conv_group_size does not divide the target's hidden size."),
     Code("SD318", "mask-is-bos", "warning", "mask_token_id equals the target's bos token id."),
     Code("SD319", "unused-algorithm-table", "warning",
          "Options of the algorithm that is not selected are ignored."),
@@ -153,8 +134,6 @@ CODES: tuple[Code, ...] = (
          "model.draft_vocab_size is not a multiple of 64: vLLM pads its head to one anyway."),
     Code("SD324", "draft-vocab-not-served", "warning",
          "No serving engine reads a draft vocabulary for the selected algorithm."),
-    Code("SD325", "draft-vocab-below-top-k", "error",
-         "model.draft_vocab_size is below model.dflash2.selector_top_k."),
     # ---- deployment
     Code("SD401", "features-with-disaggregated", "error",
          "Offline feature shards cannot feed the disaggregated mode.",
@@ -170,8 +149,19 @@ CODES: tuple[Code, ...] = (
          "start)."),
 )  # fmt: skip
 
-BY_CODE: dict[str, Code] = {c.code: c for c in CODES}
-_BY_TYPE: dict[str, Code] = {t: c for c in CODES for t in c.types}
+
+# Every code in code order, the families' own included; a number declared twice fails here.
+CODES: tuple[Code, ...] = tuple(
+    sorted(
+        CORE_CODES + tuple(code for rules in FAMILY_RULES.values() for code in rules.codes),
+        key=lambda entry: entry.code,
+    )
+)
+BY_CODE: dict[str, Code] = {entry.code: entry for entry in CODES}
+if len(BY_CODE) != len(CODES):
+    _twice = sorted({c.code for c in CODES if sum(o.code == c.code for o in CODES) > 1})
+    raise ValueError(f"lint codes declared twice: {', '.join(_twice)}")
+_BY_TYPE: dict[str, Code] = {t: entry for entry in CODES for t in entry.types}
 
 
 def code_for(error_type: str) -> Code:
@@ -188,3 +178,6 @@ def code_for(error_type: str) -> Code:
 def get(code: str) -> Code:
     """The entry of a code such as 'SD201'."""
     return BY_CODE[code]
+
+
+__all__ = ["BY_CODE", "CODES", "CORE_CODES", "Code", "Severity", "code_for", "get"]

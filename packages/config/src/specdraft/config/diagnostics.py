@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .codes import code_for
-from .finding import Finding, Problem, display_path, key_text, place
+from .codes import code_for, get
+from .finding import Finding, Problem, display_path, key_text
 from .loader import ConfigError, parse_override
 from .positions import KeyPath, PositionIndex, index_positions
 from .schema_walk import iter_tables, model_at, table_model, table_name
@@ -177,3 +177,19 @@ def _toml_like(value: Any, depth: int) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k} = …" for k in list(value)[:4]) + "}"
     return str(value)
+
+
+def place(problem: Problem, path: str, index: PositionIndex | None) -> Finding:
+    """Give a problem its file, line and column."""
+    where = problem.key if problem.anchor is None else problem.anchor
+    line, col = index.locate(where, at=problem.at) if index is not None else (1, 1)
+    entry = get(problem.code)
+    return Finding(
+        path=display_path(path),
+        line=line,
+        col=col,
+        code=entry.code,
+        severity=entry.severity,
+        message=problem.message,
+        key=key_text(problem.key),
+    )

@@ -10,6 +10,7 @@ project through the target's head: a DFlash2 draft vocabulary trains but no engi
 
 from __future__ import annotations
 
+from .families import FAMILY_RULES
 from .finding import Problem
 from .schema import Config
 from .target_info import TargetInfo
@@ -17,12 +18,15 @@ from .target_info import TargetInfo
 _KEY = ("model", "draft_vocab_size")
 # vLLM's vocabulary padding (DEFAULT_VOCAB_PADDING_SIZE).
 _VLLM_PADDING = 64
-# The families some engine serves with a draft vocabulary (vLLM and speculators, see above).
-SERVED_WITH_DRAFT_VOCAB = ("dflash", "dspark")
+
+
+def served_with_draft_vocab() -> tuple[str, ...]:
+    """The families some engine serves with a draft vocabulary (their `draft_vocab_served`)."""
+    return tuple(name for name, rules in FAMILY_RULES.items() if rules.draft_vocab_served)
 
 
 def draft_vocab_problems(config: Config) -> list[Problem]:
-    """Findings that need only the config: padding, serving, DFlash2's top-k."""
+    """Findings that need only the config: padding, and whether an engine serves it."""
     size = config.model.draft_vocab_size
     if size is None:
         return []
@@ -37,8 +41,8 @@ def draft_vocab_problems(config: Config) -> list[Problem]:
                 f"draft head to {rounded} rows anyway, so {rounded} costs the same when served",
             )
         )
-    algorithm = config.model.algorithm
-    if algorithm not in SERVED_WITH_DRAFT_VOCAB:
+    algorithm, served = config.model.algorithm, served_with_draft_vocab()
+    if algorithm not in served:
         problems.append(
             Problem(
                 "SD324",
@@ -47,18 +51,7 @@ def draft_vocab_problems(config: Config) -> list[Problem]:
                 "(vLLM's DFlash2 takes its candidates from the head without the d2t mapping, "
                 "speculators 0.9.0 requires the full vocabulary, SGLang projects through the "
                 "target's head): the draft trains but `specdraft export` refuses it; drop "
-                f"draft_vocab_size, or use {' or '.join(SERVED_WITH_DRAFT_VOCAB)}",
-            )
-        )
-    options = getattr(config.model, "dflash2", None)
-    top_k = getattr(options, "selector_top_k", None)
-    if algorithm == "dflash2" and top_k is not None and size < top_k:
-        problems.append(
-            Problem(
-                "SD325",
-                _KEY,
-                f"draft_vocab_size {size} is below model.dflash2.selector_top_k {top_k}: the "
-                "selector picks its candidates among the draft vocabulary; raise the size",
+                f"draft_vocab_size, or use {' or '.join(served)}",
             )
         )
     return problems

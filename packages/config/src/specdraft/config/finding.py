@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from .codes import Severity, get
-from .positions import KeyPath, PositionIndex
+from .lint_code import Severity
+from .positions import KeyPath
 
 
 @dataclass(frozen=True)
@@ -53,19 +53,3 @@ def key_text(path: KeyPath) -> str | None:
 def display_path(path: str) -> str:
     """A file name safe to print (undecodable bytes of a file name become U+FFFD)."""
     return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-
-
-def place(problem: Problem, path: str, index: PositionIndex | None) -> Finding:
-    """Give a problem its file, line and column."""
-    where = problem.key if problem.anchor is None else problem.anchor
-    line, col = index.locate(where, at=problem.at) if index is not None else (1, 1)
-    entry = get(problem.code)
-    return Finding(
-        path=display_path(path),
-        line=line,
-        col=col,
-        code=entry.code,
-        severity=entry.severity,
-        message=problem.message,
-        key=key_text(problem.key),
-    )

@@ -15,8 +15,8 @@ from typing import Any
 import tomli
 from pydantic import ValidationError
 
-from .diagnostics import findings_from_error
-from .finding import Finding, Problem, display_path, place
+from .diagnostics import findings_from_error, place
+from .finding import Finding, Problem, display_path
 from .loader import ConfigError, read_toml, validate_config
 from .positions import index_positions
 from .rules import check_config

@@ -36,6 +36,7 @@ def check_config(
     """Every soft finding of a valid config; `target` overrides model.target for target checks."""
     problems = shape_problems(config) + unused_table_problems(config, document)
     problems += tracking_problems(config) + draft_vocab_problems(config)
+    problems += family_rules(config.model.algorithm).config_checks(config)
     info, unreadable = load_target(config, target)
     if unreadable is not None:
         problems.append(unreadable)

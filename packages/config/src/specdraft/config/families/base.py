@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..finding import Problem
+from ..lint_code import Code
 from ..section import Section, table
 from ..target_info import TargetInfo
 
@@ -27,6 +28,11 @@ if TYPE_CHECKING:
 
 def no_target_checks(config: Config, info: TargetInfo) -> list[Problem]:
     """A family without checks against the target."""
+    return []
+
+
+def no_config_checks(config: Config) -> list[Problem]:
+    """A family without checks of its options against the rest of the config."""
     return []
 
 
@@ -52,6 +58,14 @@ class FamilyRules:
     rule_types: tuple[str, ...] = ()
     # Soft findings about the family's options against the target's facts (lint only).
     target_checks: Callable[[Config, TargetInfo], list[Problem]] = no_target_checks
+    # Soft findings about the family's options against the rest of the config (lint only).
+    config_checks: Callable[[Config], list[Problem]] = no_config_checks
+    # The lint codes of the family's own rules and checks; `codes.CODES` lists them with the
+    # shared ones (a code's number must still be unique across the table).
+    codes: tuple[Code, ...] = ()
+    # Whether some serving engine reads a draft vocabulary (`model.draft_vocab_size`) for this
+    # family's drafts; the linter warns otherwise (SD324) and export refuses it.
+    draft_vocab_served: bool = False
 
     @property
     def options_table(self) -> str | None:

@@ -9,4 +9,6 @@ RULES = FamilyRules(
     title="DFlash",
     summary="the plain DFlash draft SGLang and vLLM serve: the backbone alone, slot k predicts "
     "anchor + k",
+    # vLLM's qwen3_dflash maps draft ids through d2t; speculators' DFlash takes t2d/d2t.
+    draft_vocab_served=True,
 )

@@ -1,4 +1,5 @@
-"""DFlash2, config side: `[model.dflash2]`, the rule that it names a gold policy, SD317.
+"""DFlash2, config side: `[model.dflash2]`, the rule that it names a gold policy, its lint
+checks (SD317 against the target, SD325 against the draft vocabulary) and their codes.
 
 The trainer's half (model, HF config keys, metrics, export layouts) is
 `specdraft/trainer/models/dflash2/`.
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from pydantic import Field
 
 from ..finding import Problem
+from ..lint_code import Code
 from ..section import MAX_WIDTH, PositiveInt, Section, rule
 from ..target_info import TargetInfo
 from .base import FamilyRules
@@ -81,10 +83,36 @@ def _conv_group_divides_hidden(config: Config, info: TargetInfo) -> list[Problem
     ]
 
 
+def _top_k_within_draft_vocab(config: Config) -> list[Problem]:
+    """The selector picks its top-k candidates among the draft vocabulary: k must fit in it."""
+    size, top_k = config.model.draft_vocab_size, dflash2_options(config.model).selector_top_k
+    if size is None or size >= top_k:
+        return []
+    return [
+        Problem(
+            "SD325",
+            ("model", "draft_vocab_size"),
+            f"draft_vocab_size {size} is below model.dflash2.selector_top_k {top_k}: the "
+            "selector picks its candidates among the draft vocabulary; raise the size",
+        )
+    ]
+
+
 def _divisor_below(total: int, limit: int) -> int:
     """The largest divisor of `total` that is at most `limit` (a suggested group size)."""
     return next(d for d in range(min(limit, total), 0, -1) if total % d == 0)
 
+
+# DFlash2's lint codes (numbers in the shared ranges: SD3xx the model and its target).
+CODES = (
+    Code("SD303", "selector-gold-policy-missing", "error",
+         "algorithm = 'dflash2' without model.dflash2.selector_gold_policy.",
+         ("selector_gold_policy_missing",)),
+    Code("SD317", "conv-group-not-divisor", "error",
+         "model.dflash2.conv_group_size does not divide the target's hidden size."),
+    Code("SD325", "draft-vocab-below-top-k", "error",
+         "model.draft_vocab_size is below model.dflash2.selector_top_k."),
+)  # fmt: skip
 
 RULES = FamilyRules(
     name="dflash2",
@@ -94,4 +122,6 @@ RULES = FamilyRules(
     option_rules=_gold_policy_named,
     rule_types=("selector_gold_policy_missing",),
     target_checks=_conv_group_divides_hidden,
+    config_checks=_top_k_within_draft_vocab,
+    codes=CODES,
 )

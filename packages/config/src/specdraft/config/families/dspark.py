@@ -54,4 +54,6 @@ RULES = FamilyRules(
     title="DSpark",
     summary="shifted labels, Markov and confidence heads",
     options=DSparkOptions,
+    # vLLM's qwen3_dspark maps draft ids through d2t; speculators' DSpark takes t2d/d2t.
+    draft_vocab_served=True,
 )
