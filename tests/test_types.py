@@ -18,11 +18,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("specdraft.config", "specdraft.collate")
 # The trainer's seams: the draft family registry and its spec, the backend protocol, the Trainer,
-# the producer's exactly-once state machine.
+# the producer's exactly-once state machine; the dry-run plan.
 SEAM_MODULES = (
     "specdraft.trainer.models.family",
     "specdraft.trainer.models.family_spec",
     "specdraft.trainer.backends.base",
+    "specdraft.trainer.train.dry_run",
     "specdraft.trainer.train.trainer",
     "specdraft.trainer.disagg.producer.machine",
 )

@@ -4,7 +4,7 @@ meta device), and the plan it prints: shapes, compile, data order, batch, memory
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -22,12 +22,15 @@ class DryRunPlan:
 def dry_run_plan(config: Config, *, world_size: int) -> DryRunPlan:
     """Validate set-up without the cluster: build the draft on the meta device and plan."""
     from ..models import build_draft, family_of, load_target_config
+    from ..models.config import DFlashDraftConfig
     from .flops import plan_line as flops_plan_line
 
     target_config = load_target_config(config.model.target)
     draft = build_draft(config.model, target_config, dtype=torch.float32, device="meta")
     # Trainable only: a draft vocabulary's head is the target's rows, frozen (counted below).
     params = sum(p.numel() for p in draft.parameters() if p.requires_grad)
+    # build_draft made it from a DFlashDraftConfig; the attribute is typed as HF's base class.
+    draft_config = cast(DFlashDraftConfig, draft.config)
     training = config.training
     # The dry run's one shape policy: the lines below and the compile plan read it.
     shapes = ShapePolicy.from_config(config)
@@ -81,7 +84,7 @@ def dry_run_plan(config: Config, *, world_size: int) -> DryRunPlan:
         f"{'s' if draft_head else ''}, ~{memory(logits_bytes)} logits "
         f"chunk, ~{memory(features_bytes)} target features per micro-batch",
         f"target:      {in_process_target_line(config, target_config, dtype_bytes)}",
-        f"flops:       {flops_plan_line(draft.config, config)}",
+        f"flops:       {flops_plan_line(draft_config, config)}",
         f"output:      {config.output_dir}",
     ]
     return DryRunPlan(lines)
