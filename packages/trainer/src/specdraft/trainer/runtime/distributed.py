@@ -87,22 +87,27 @@ def init_distributed(timeout_s: float = 1800.0) -> DistContext:
     return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, device)
 
 
-# Listening sockets of lone-process stores: each store serves on its socket's descriptor, which
-# must stay open as long as the store may (one per init; a process makes a handful at most).
-_LONE_LISTENERS: list[socket.socket] = []
-
-
 def _loopback_store(timeout_s: float) -> dist.TCPStore:
+    """A one-rank TCPStore serving on a socket bound to loopback only."""
     listener = bind_listener("127.0.0.1", 0)
-    _LONE_LISTENERS.append(listener)
-    return dist.TCPStore(
-        "127.0.0.1",
-        int(listener.getsockname()[1]),
-        1,
-        True,
-        dt.timedelta(seconds=timeout_s),
-        master_listen_fd=listener.fileno(),
-    )
+    try:
+        store = dist.TCPStore(
+            "127.0.0.1",
+            int(listener.getsockname()[1]),
+            1,
+            True,
+            dt.timedelta(seconds=timeout_s),
+            master_listen_fd=listener.fileno(),
+        )
+    except BaseException:
+        listener.close()
+        raise
+    # The store owns the descriptor now and closes it when it is destroyed. The socket object
+    # lets go of it: otherwise it would close the same number again later (when collected, or at
+    # exit), by then reused by another descriptor, such as a later gloo group's epoll loop,
+    # which then aborts the process ("gloo::EnforceNotMet ... nfds != -1").
+    listener.detach()
+    return store
 
 
 def shutdown_distributed() -> None:
