@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .runtime.distributed import bind_listener, cpu_thread_env, free_port
+from .runtime.distributed import bind_listener, cpu_thread_env, free_port, store_on_listener
 
 # Our static rendezvous: torch's, with the store's listening socket bound to one address.
 RDZV_BACKEND = "specdraft-static"
@@ -204,7 +204,6 @@ def _register_bound_rendezvous() -> None:
 
 
 def _create_bound_rendezvous(params: Any) -> Any:
-    from torch.distributed import TCPStore
     from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import (
         StaticTCPRendezvous,
         create_rdzv_handler,
@@ -218,15 +217,15 @@ def _create_bound_rendezvous(params: Any) -> Any:
 
         def next_rendezvous(self) -> Any:
             if self._store is None and self.rank == 0:
-                self._listener = bind_listener(self.master_addr, self.master_port)
-                self._store = TCPStore(
+                listener = bind_listener(self.master_addr, self.master_port)
+                self._store = store_on_listener(
+                    listener,
                     self.master_addr,
                     self.master_port,
                     self.world_size,
                     True,
                     self.timeout,
                     multi_tenant=True,
-                    master_listen_fd=self._listener.fileno(),
                 )
             return super().next_rendezvous()
 

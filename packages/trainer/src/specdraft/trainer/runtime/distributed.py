@@ -6,6 +6,7 @@ import datetime as dt
 import os
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -90,22 +91,23 @@ def init_distributed(timeout_s: float = 1800.0) -> DistContext:
 def _loopback_store(timeout_s: float) -> dist.TCPStore:
     """A one-rank TCPStore serving on a socket bound to loopback only."""
     listener = bind_listener("127.0.0.1", 0)
+    port = int(listener.getsockname()[1])
+    return store_on_listener(listener, "127.0.0.1", port, 1, True, dt.timedelta(seconds=timeout_s))
+
+
+def store_on_listener(listener: socket.socket, *args: Any, **kwargs: Any) -> dist.TCPStore:
+    """`TCPStore(*args, **kwargs)`, the master store, serving on the bound socket `listener`.
+
+    The store owns the descriptor from then on and closes it when it is destroyed, so the socket
+    object lets go of it (detach): otherwise it would close the same number again later (when
+    collected, or at exit), by then reused by another descriptor, such as a later gloo group's
+    epoll loop, which then aborts the process ("gloo::EnforceNotMet ... nfds != -1").
+    """
     try:
-        store = dist.TCPStore(
-            "127.0.0.1",
-            int(listener.getsockname()[1]),
-            1,
-            True,
-            dt.timedelta(seconds=timeout_s),
-            master_listen_fd=listener.fileno(),
-        )
+        store = dist.TCPStore(*args, master_listen_fd=listener.fileno(), **kwargs)
     except BaseException:
         listener.close()
         raise
-    # The store owns the descriptor now and closes it when it is destroyed. The socket object
-    # lets go of it: otherwise it would close the same number again later (when collected, or at
-    # exit), by then reused by another descriptor, such as a later gloo group's epoll loop,
-    # which then aborts the process ("gloo::EnforceNotMet ... nfds != -1").
     listener.detach()
     return store
 
