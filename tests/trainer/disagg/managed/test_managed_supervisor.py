@@ -119,6 +119,36 @@ def test_a_crashed_service_is_restarted_until_its_restarts_run_out(tmp_path):
     assert (tmp_path / "logs" / "producer.log").read_text().count("producer up") == 2
 
 
+@pytest.mark.parametrize("max_restarts", [1, 3])
+def test_a_restart_that_exits_while_starting_uses_another_restart(tmp_path, max_restarts):
+    # A restarted producer can serve (and be killed) before the health poll sees it up: that
+    # exit uses another restart while restarts remain, not end the run as a failed start.
+    spec = service("producer", tmp_path, "exit=1@0.3", max_restarts=max_restarts)
+    marker_ready, pids = spec.health, []
+
+    def first_restart_never_ready(process) -> bool:
+        if process.pid not in pids:
+            pids.append(process.pid)
+        return len(pids) != 2 and marker_ready(process)
+
+    spec = ServiceSpec(**{**spec.__dict__, "health": first_restart_never_ready})
+    supervisor = Supervisor(tmp_path, health_timeout_s=20, shutdown_timeout_s=5, poll_s=0.05)
+    with supervisor:
+        started = supervisor.start(spec)
+        deadline = time.monotonic() + 30
+        if max_restarts == 1:
+            with pytest.raises(ServiceDied, match="exited with code 1 while starting"):
+                supervisor.watch(lambda: False, timeout=30)
+            return
+        while started.restarts == 0:
+            supervisor.check()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # The first restart exited while starting; the second came up.
+        assert started.restarts == 2 and len(pids) == 3
+        assert started.process.pid == pids[2]
+
+
 def test_a_service_that_never_becomes_healthy_fails_naming_the_timeout(tmp_path):
     supervisor = Supervisor(tmp_path, health_timeout_s=0.5, shutdown_timeout_s=5)
     with pytest.raises(ServiceDied, match=r"within 0.5 s \(deployment.disaggregated.health_"):

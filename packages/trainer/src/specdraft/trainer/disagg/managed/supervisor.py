@@ -125,6 +125,17 @@ class Supervisor:
                     service.process.log_path,
                     service.process.log_tail(TAIL_LINES),
                 )
+            self._restart(service, code)
+
+    def _restart(self, service: Service, code: int | None) -> None:
+        """Restart an exited service; one that exits again while starting uses another restart.
+
+        The restarted service can serve its clients before the health poll sees it up, so an
+        exit then is an exit like any other (a killed producer resumes from its ledger), not a
+        failed start; only the restart budget, or a health timeout, ends the run.
+        """
+        spec = service.spec
+        while True:
             service.restarts += 1
             log.warning(
                 "service %s exited with code %s: restart %d of %d",
@@ -134,7 +145,13 @@ class Supervisor:
                 spec.max_restarts,
             )
             service.process = self._spawn(spec)
-            self._wait_healthy(service)
+            try:
+                self._wait_healthy(service)
+                return
+            except ServiceDied:
+                if service.stopped or service.restarts >= spec.max_restarts:
+                    raise
+                code = service.process.popen.returncode
 
     def watch(self, until: Callable[[], bool], *, timeout: float | None = None) -> None:
         """Check the services every poll interval until `until()` is true (or timeout)."""
