@@ -4,7 +4,10 @@ target stands in for SGLang; its answers must be the ones the in-process path wr
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import threading
+import time
 
 import pytest
 import torch
@@ -122,8 +125,9 @@ cache_dir = "{tmp_path / "cache"}"
     return path
 
 
-def regenerate(args):
-    result = CliRunner().invoke(cli, ["regenerate", *map(str, args), "--no-progress"])
+def regenerate(args, *, progress=False):
+    quiet = [] if progress else ["--no-progress"]
+    result = CliRunner().invoke(cli, ["regenerate", *map(str, args), *quiet])
     return result
 
 
@@ -272,12 +276,12 @@ def test_the_request_timeout_is_an_option(config_file, tmp_path):
             refused = regenerate([*args, "--timeout", bad])
             assert refused.exit_code != 0 and "timeout" in refused.output.lower(), refused.output
         started = time.monotonic()
-        done = regenerate([*args, "--timeout", "0.3", "--batch-size", "1"])
+        done = regenerate([*args, "--timeout", "0.3", "--batch-size", "1", "--retry-for", "0"])
         elapsed = time.monotonic() - started
         canned.release.set()
     assert done.exit_code == 1
     assert "timed out after 0.3 s" in done.output
-    # 4 attempts of 0.3 s plus the 1 + 2 + 4 s back-off, not 4 x 600 s.
+    # 4 attempts of 0.3 s plus at most 1 + 2 + 4 s of back-off, not 4 x 600 s.
     assert elapsed < 20
 
 
@@ -356,3 +360,279 @@ def _signal_state(pid: int) -> str:
     except OSError:
         return ""
     return " ".join(line for line in status.splitlines() if line.startswith(("SigBlk", "SigIgn")))
+
+
+# ------------------------------------------------ a server that goes away: retries, kept answers
+
+
+class StubChat:
+    """An OpenAI-style chat server on one port that can go down (its listener closed, so new
+    connections are refused), come back on the same port, drop a request (close the socket
+    without an answer) or hold one until it goes down. Answers are a function of the
+    conversation, so every run asks for, and gets, the same ones."""
+
+    def __init__(self):
+        self.port = 0
+        self.httpd = None
+        self.lock = threading.Lock()
+        self.answered: list[str] = []  # the questions answered, in order
+        self.dropped = 0
+        self.drop_once: set[str] = set()  # questions whose first request is dropped
+        self.hold: set[str] = set()  # questions held until the server goes down, then dropped
+        self.down_event = threading.Event()
+        self.after_answer = None  # called with the number of answers so far
+        self.up()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    @staticmethod
+    def answer_to(messages):
+        question = [m for m in messages if m["role"] == "user"][-1]["content"]
+        return f"answer {len(messages)} to {question}"
+
+    def up(self):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, payload):
+                data = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._send({"data": [{"id": "stub"}]})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                question = [m for m in body["messages"] if m["role"] == "user"][-1]["content"]
+                if question in stub.hold:
+                    stub.down_event.wait(30)
+                with stub.lock:
+                    drop = question in stub.drop_once or question in stub.hold
+                    stub.drop_once.discard(question)
+                    stub.dropped += drop
+                if drop:
+                    # The request was read; the connection closes without a status line.
+                    self.close_connection = True
+                    return
+                with stub.lock:
+                    stub.answered.append(question)
+                    count = len(stub.answered)
+                if stub.after_answer is not None:
+                    stub.after_answer(count)  # before the answer is sent: it may go down first
+                content = stub.answer_to(body["messages"])
+                self._send({"choices": [{"index": 0, "message": {"content": content}}]})
+
+        self.down_event.clear()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        # A short poll: down() returns within milliseconds, not half a second.
+        threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        ).start()
+
+    def down(self):
+        """Stop listening (new connections are refused); held requests are dropped."""
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.down_event.set()
+
+
+@pytest.fixture
+def stub():
+    server = StubChat()
+    yield server
+    server.down()
+
+
+@pytest.fixture
+def fast_backoff(monkeypatch):
+    from specdraft.trainer.regenerate import endpoint
+
+    monkeypatch.setattr(endpoint, "BACKOFF_BASE_S", 0.05)
+    monkeypatch.setattr(endpoint, "BACKOFF_CAP_S", 0.25)
+
+
+def _corpus(tmp_path, conversations):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "messages": m}) + "\n" for i, m in conversations))
+    return path
+
+
+def _chat(*questions):
+    messages = []
+    for question in questions:
+        messages += [{"role": "user", "content": question}, {"role": "assistant", "content": "-"}]
+    return messages
+
+
+# Seven conversations, some of two turns: chunks of 3 take 2, 2 and 1 rounds.
+MIXED = [
+    ("m0", _chat("q0", "q0 again")),
+    ("m1", _chat("q1")),
+    ("m2", _chat("q2")),
+    ("m3", _chat("q3", "q3 again")),
+    ("m4", _chat("q4", "q4 again")),
+    ("m5", _chat("q5")),
+    ("m6", _chat("q6", "q6 again")),
+]
+SINGLE = [(f"s{i}", _chat(f"s{i}")) for i in range(6)]
+
+
+def _ids(path):
+    return [json.loads(line)["id"] for line in path.read_text().splitlines()]
+
+
+def test_a_server_that_goes_away_and_comes_back_loses_nothing(
+    stub, fast_backoff, config_file, tmp_path
+):
+    corpus = _corpus(tmp_path, MIXED)
+    common = [config_file, "--source", corpus, "--endpoint", stub.url, "--batch-size", 3]
+    reference = tmp_path / "reference.jsonl"
+    done = regenerate([*common, "--out", reference])
+    assert done.exit_code == 0, done.output
+    before = len(stub.answered)
+
+    back = threading.Event()
+
+    def outage(count):
+        # The 4th answer of the run is sent once the listener is closed: the server dies with
+        # that answer in flight, is down for a second, and comes back on the same port.
+        if count == before + 4:
+            stub.down()
+
+            def come_back():
+                time.sleep(1.0)
+                stub.up()
+                back.set()
+
+            threading.Thread(target=come_back, daemon=True).start()
+
+    stub.after_answer = outage
+    out = tmp_path / "out.jsonl"
+    done = regenerate([*common, "--out", out, "--retry-for", 30], progress=True)
+    assert done.exit_code == 0, done.output
+    assert back.is_set()
+    # Waiting was shown on the progress bar, with the time waited out of the window.
+    assert re.search(r"server unreachable, retrying in \d+ s \(\d+ s of 30 s\)", done.output)
+    assert "7 conversation(s) written" in done.output
+    # All answers, each once, in order: the same bytes as the uninterrupted run.
+    assert out.read_bytes() == reference.read_bytes()
+    assert not (tmp_path / "out.jsonl.pending").exists()
+    # Nothing answered before the outage was asked again: the run asked 11 questions once each
+    # (a request in flight when the server went down would be sent again, none was).
+    assert len(stub.answered) - before == 11
+
+
+def test_a_dropped_connection_is_retried_without_a_duplicate(
+    stub, fast_backoff, config_file, tmp_path
+):
+    corpus = _corpus(tmp_path, MIXED)
+    common = [config_file, "--source", corpus, "--endpoint", stub.url, "--batch-size", 3]
+    reference = tmp_path / "reference.jsonl"
+    assert regenerate([*common, "--out", reference]).exit_code == 0
+    stub.drop_once = {"q4", "q0 again"}
+    out = tmp_path / "out.jsonl"
+    done = regenerate([*common, "--out", out])
+    assert done.exit_code == 0, done.output
+    assert stub.dropped == 2
+    assert out.read_bytes() == reference.read_bytes()
+    assert _ids(out) == [c for c, _ in MIXED]
+
+
+def _hold_s4_until_s3_and_s5_are_answered(stub, before):
+    """The second chunk (s3, s4, s5): s3 and s5 are answered, then the server goes down with s4
+    in flight (its connection dropped)."""
+    stub.hold = {"s4"}
+
+    def outage(count):
+        if count == before + 5:  # s0..s2, then s3 and s5
+            threading.Thread(target=stub.down, daemon=True).start()
+
+    stub.after_answer = outage
+
+
+def test_a_server_gone_for_good_stops_keeping_every_answer_and_resumes(
+    stub, fast_backoff, config_file, tmp_path
+):
+    corpus = _corpus(tmp_path, SINGLE)
+    common = [config_file, "--source", corpus, "--endpoint", stub.url, "--batch-size", 3]
+    reference = tmp_path / "reference.jsonl"
+    assert regenerate([*common, "--out", reference]).exit_code == 0
+    before = len(stub.answered)
+
+    _hold_s4_until_s3_and_s5_are_answered(stub, before)
+    out = tmp_path / "out.jsonl"
+    started = time.monotonic()
+    done = regenerate([*common, "--out", out, "--retry-for", 1.5, "--api-key", API_KEY])
+    elapsed = time.monotonic() - started
+    assert done.exit_code == 1, done.output
+    assert elapsed < 30
+    message = done.output
+    # The endpoint, how long it waited and why it stopped.
+    assert re.search(
+        rf"--endpoint {stub.url}: no answer for [23] s, gave up \(--retry-for 1.5\): POST "
+        rf"{stub.url}/v1/chat/completions failed: .*Connection refused",
+        message,
+    ), message
+    # What was kept: the first chunk and s3 (the finished rows in record order), and s5's
+    # answer in the pending file (s4, before it, is unanswered).
+    assert f"Kept: 4 conversation(s) with 4 answer(s) written to {out}" in message
+    assert f"2 finished answer(s) of the unfinished batch in {out}.pending" in message
+    assert _ids(out) == ["s0", "s1", "s2", "s3"]
+    assert out.read_text() == "".join(reference.read_text().splitlines(True)[:4])
+    # The exact command that resumes it.
+    command = re.search(r"Resume with the same command.*:\n  (.+)", message).group(1)
+    words = shlex.split(command)
+    assert words[:2] == ["specdraft", "regenerate"]
+    config, *source, endpoint, url, batch_size, three = map(str, common)
+    assert words[2:] == [
+        *(config, "--out", str(out), *source, endpoint, url),
+        *("--api-key", "KEY", "--retry-for", "1.5", batch_size, three, "--no-progress"),
+    ]
+    # The key is never printed: the command names its place.
+    assert API_KEY not in message
+    words[words.index("KEY")] = API_KEY
+
+    stub.hold = set()
+    stub.after_answer = None
+    stub.up()
+    before = len(stub.answered)
+    again = CliRunner().invoke(cli, words[1:])
+    assert again.exit_code == 0, again.output
+    # Only s4 was asked: s3 and s5 came from the pending file.
+    assert stub.answered[before:] == ["s4"]
+    assert (
+        "2 conversation(s) written, 4 already there, 1 answer(s) generated (2 more" in again.output
+    )
+    assert out.read_bytes() == reference.read_bytes()
+    assert not (tmp_path / "out.jsonl.pending").exists()
+
+
+def test_retry_for_0_fails_after_the_quick_retries_as_before(
+    stub, fast_backoff, config_file, tmp_path
+):
+    corpus = _corpus(tmp_path, SINGLE)
+    common = [config_file, "--source", corpus, "--endpoint", stub.url, "--batch-size", 3]
+    _hold_s4_until_s3_and_s5_are_answered(stub, 0)
+    out = tmp_path / "out.jsonl"
+    started = time.monotonic()
+    done = regenerate([*common, "--out", out, "--retry-for", 0])
+    elapsed = time.monotonic() - started
+    assert done.exit_code == 1, done.output
+    # 3 retries of at most 0.05 + 0.1 + 0.2 s: no waiting for the server.
+    assert elapsed < 10
+    assert "Connection refused (gave up after 3 retries in 0 s; --retry-for 0)" in done.output
+    assert "Resume with the same command" in done.output
+    assert _ids(out) == ["s0", "s1", "s2", "s3"]

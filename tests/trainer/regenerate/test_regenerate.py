@@ -15,7 +15,6 @@ from specdraft.trainer.regenerate.output import OutputMismatch, RegeneratedFile
 from specdraft.trainer.regenerate.replay import (
     PROMPT_TOO_LONG,
     ChatPrompt,
-    RegenerateResult,
     SourceRecord,
     regenerate_chunk,
 )
@@ -200,11 +199,11 @@ def test_a_stopped_run_resumes_to_the_same_file_as_one_run(regen_config, tmp_pat
     original = LocalResponder.answer
     calls = []
 
-    def stop_after_two(self, prompts):
+    def stop_after_two(self, prompts, on_answer=None):
         if len(calls) == 2:
             raise KeyboardInterrupt  # as if the run were interrupted mid-way
         calls.append(len(prompts))
-        return original(self, prompts)
+        return original(self, prompts, on_answer)
 
     monkeypatch.setattr(LocalResponder, "answer", stop_after_two)
     with pytest.raises(KeyboardInterrupt):
@@ -296,7 +295,7 @@ class FakeTarget:
     def describe(self):
         return {"kind": "fake"}
 
-    def answer(self, prompts):
+    def answer(self, prompts, on_answer=None):
         self.prompts.extend(prompts)
         return [f"<{len(p.messages)}>" for p in prompts]
 
@@ -321,11 +320,9 @@ def test_replay_answers_every_turn_after_the_regenerated_ones(conversations, max
         except Exception:
             continue
     target = FakeTarget()
-    result = RegenerateResult(out=None)
-    replays = regenerate_chunk(
-        records, target, FakeRenderer(), max_length=max_length, result=result
-    )
-    assert result.answers == len(target.prompts)
+    replays = regenerate_chunk(records, target, FakeRenderer(), max_length=max_length)
+    answered = sum(m["role"] == "assistant" for replay in replays for m in replay.out)
+    assert answered == len(target.prompts)
     for record, replay in zip(records, replays, strict=True):
         out = replay.out
         # Every non-answer turn is the source's, in order; every answer is the target's.

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
+from typing import Any
+
 import click
+from click.core import ParameterSource
 
 from .common import config_argument, load_or_exit, overrides_option
 
@@ -63,8 +67,22 @@ from .common import config_argument, load_or_exit, overrides_option
     type=click.FloatRange(min=0, min_open=True, max=86400),
     default=600.0,
     show_default=True,
-    help="Seconds one --endpoint request may take (each is retried up to 3 times when the "
-    "server is busy or unreachable).",
+    help="Seconds one --endpoint request may take (a request that times out is retried: see "
+    "--retry-for).",
+)
+@click.option(
+    "--retry-for",
+    "retry_for_s",
+    type=click.FloatRange(min=0, max=7 * 86400),
+    default=600.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long to wait for an --endpoint that stops answering mid-run (connection refused "
+    "or dropped, timeout, 429/5xx) before stopping: requests are retried with backoff (1 s "
+    "doubling to 30 s, with jitter), the wait counts from the first failure and starts over "
+    "whenever the server answers, and the progress bar says how long it has waited. Each "
+    "request is retried 3 times in any case; 0: only those, as before. Finished answers are "
+    "kept; a stopped run prints the command that resumes it.",
 )
 @click.option(
     "--max-new-tokens",
@@ -93,6 +111,7 @@ def regenerate(
     model: str | None,
     api_key: str | None,
     timeout_s: float,
+    retry_for_s: float,
     max_new_tokens: int,
     batch_size: int,
     overrides: tuple[str, ...],
@@ -107,7 +126,9 @@ def regenerate(
     Writes ShareGPT JSONL (id, source_row, conversations) for data.train_paths. Interrupted
     runs resume: rerun the same command and rows already in --out are skipped. A turn the
     endpoint answers without text (null or non-string content) skips its conversation, counted
-    as bad_answer. Ctrl-C stops at once; rows already written stay.
+    as bad_answer. Ctrl-C stops at once; rows already written stay, and so do the finished
+    answers of the batch in flight (in the --out file's .pending companion, which the rerun
+    reads). An --endpoint that stops answering mid-run is waited for (see --retry-for).
     """
     config = load_or_exit(config_path, overrides)
     from specdraft.trainer.regenerate import RegenerateError, regenerate_from_config
@@ -126,7 +147,43 @@ def regenerate(
             progress=not no_progress,
             api_key=api_key,
             timeout_s=timeout_s,
+            retry_for_s=retry_for_s,
         )
-    except (RegenerateError, ValueError, FileNotFoundError) as exc:
+    except RegenerateError as exc:
+        message = f"{config_path}: {exc}"
+        if exc.result is not None:
+            message += f"\n{exc.result.describe_kept()}"
+        if exc.resumable:
+            message += (
+                "\nResume with the same command once the server answers again (rows written "
+                "are kept, kept answers are not asked again):\n  "
+                + resume_command(click.get_current_context())
+            )
+        raise click.ClickException(message) from None
+    except (ValueError, FileNotFoundError) as exc:
         raise click.ClickException(f"{config_path}: {exc}") from None
     click.echo(result.describe())
+
+
+def resume_command(ctx: click.Context) -> str:
+    """The command line that reruns this command with the same arguments, minus the API key."""
+    words = ["specdraft", ctx.info_name or "regenerate"]
+    for param in ctx.command.params:
+        name = param.name or ""
+        if ctx.get_parameter_source(name) is not ParameterSource.COMMANDLINE:
+            continue  # a default or the environment: the rerun gets it the same way
+        value: Any = ctx.params[name]
+        if isinstance(param, click.Argument):
+            words.append(str(value))
+            continue
+        flag = max(param.opts, key=len)
+        if name == "api_key":
+            # Never print the key: a placeholder the user fills in (or OPENAI_API_KEY).
+            words += [flag, "KEY"]
+        elif getattr(param, "is_flag", False):
+            if value:
+                words.append(flag)
+        else:
+            for item in value if getattr(param, "multiple", False) else [value]:
+                words += [flag, f"{item:g}" if isinstance(item, float) else str(item)]
+    return shlex.join(words)

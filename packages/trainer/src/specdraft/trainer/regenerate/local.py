@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .replay import ChatPrompt
+from .replay import AnswerCallback, ChatPrompt
 
 
 def _as_list(value: Any) -> list[int]:
@@ -61,8 +61,11 @@ class LocalResponder:
         return {"kind": "in-process", "target": self.target, "max_new_tokens": self.max_new_tokens}
 
     @torch.no_grad()
-    def answer(self, prompts: Sequence[ChatPrompt]) -> list[str]:
-        """Greedy answers for a batch, left-padded so every answer starts at the same column."""
+    def answer(
+        self, prompts: Sequence[ChatPrompt], on_answer: AnswerCallback | None = None
+    ) -> list[str | None]:
+        """Greedy answers for a batch, left-padded so every answer starts at the same column
+        (one `generate`: the answers are finished together)."""
         if not prompts:
             return []
         width = max(len(p.token_ids) for p in prompts)
@@ -81,9 +84,12 @@ class LocalResponder:
             eos_token_id=self.eos_ids,
             pad_token_id=self.pad_id,
         )
-        answers = []
+        answers: list[str | None] = []
         for row, budget in zip(out[:, width:].tolist(), budgets, strict=True):
             row = row[:budget]
             cut = next((i for i, t in enumerate(row) if t in self.eos_ids), len(row))
             answers.append(self.tokenizer.decode(row[:cut], skip_special_tokens=True))
+        if on_answer is not None:
+            for index, answer in enumerate(answers):
+                on_answer(index, answer)
         return answers

@@ -4,12 +4,19 @@ Each row is written with a single `write` of one complete line and synced after 
 a killed run leaves at most one torn last line; the next run cuts it off and carries on. The
 settings the rows were made with (sources, template, lengths, generator) are kept next to the
 file in `<name>.regenerate.json`, and a run with other settings refuses to append to it.
+
+Rows go out a chunk at a time and in record order, so a resumed run writes the same bytes as
+an uninterrupted one. The answers of the chunk in progress are kept as they arrive in
+`<name>.pending` (`PendingAnswers`): a run stopped mid-chunk (the server gone, Ctrl-C, a kill)
+loses none of them, and the next run takes them from there instead of asking again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +24,8 @@ from typing import Any
 from ..runtime.atomic import atomic_write
 
 SETTINGS_SUFFIX = ".regenerate.json"
+# No `.json`/`.jsonl` ending: the answers in it are not rows a corpus reader should pick up.
+PENDING_SUFFIX = ".pending"
 
 
 class OutputMismatch(ValueError):
@@ -26,6 +35,11 @@ class OutputMismatch(ValueError):
 def settings_path(out: Path) -> Path:
     """Where the settings of an output file are kept."""
     return out.with_name(out.name + SETTINGS_SUFFIX)
+
+
+def pending_path(out: Path) -> Path:
+    """Where the finished answers of an unfinished chunk are kept."""
+    return out.with_name(out.name + PENDING_SUFFIX)
 
 
 class RegeneratedFile:
@@ -103,3 +117,85 @@ class RegeneratedFile:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class PendingAnswers:
+    """Answers of the chunk in progress, one JSON line each, appended as they arrive.
+
+    An answer is keyed by a digest of what it answers (the prompt) and of the output's settings,
+    so an answer made with other settings (a deleted output redone with another model) never
+    matches. Writes come from the responder's request threads, hence the lock. Each answer is
+    one `write` (a killed process keeps it; `sync` makes it survive the machine too).
+    """
+
+    def __init__(self, path: Path, settings: dict[str, Any]) -> None:
+        self.path = path
+        self._salt = json.dumps(settings, sort_keys=True)
+        self._answers: dict[str, str | None] = {}
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+
+    def open(self) -> int:
+        """Load the answers a stopped run kept (a torn last line is cut off); returns how many."""
+        if self.path.is_file():
+            data = self.path.read_bytes()
+            complete = data.rfind(b"\n") + 1
+            if complete < len(data):
+                os.truncate(self.path, complete)
+            for line in data[:complete].splitlines():
+                try:
+                    entry = json.loads(line)
+                    answer = entry["answer"]
+                    if answer is None or isinstance(answer, str):
+                        self._answers[str(entry["key"])] = answer
+                except (ValueError, KeyError, TypeError):
+                    # A cache, not the output: an unreadable line only means asking again.
+                    continue
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return len(self._answers)
+
+    def key(self, what: Any) -> str:
+        """The key of the answer to `what` (any JSON value, e.g. a prompt's messages)."""
+        text = self._salt + "\n" + json.dumps(what, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._answers
+
+    def get(self, key: str) -> str | None:
+        """The kept answer (None: the generator gave no text for it)."""
+        return self._answers[key]
+
+    def add(self, key: str, answer: str | None) -> None:
+        """Keep an answer (once); a no-op once closed, so a late request thread writes nothing."""
+        with self._lock:
+            if self._fd is None or key in self._answers:
+                return
+            line = (json.dumps({"key": key, "answer": answer}, ensure_ascii=False) + "\n").encode()
+            os.write(self._fd, line)
+            self._answers[key] = answer
+
+    def clear(self) -> None:
+        """Forget every answer: their chunk is in the output now."""
+        with self._lock:
+            self._answers.clear()
+            if self._fd is not None:
+                os.ftruncate(self._fd, 0)
+
+    def sync(self) -> None:
+        """Make the kept answers durable."""
+        with self._lock:
+            if self._fd is not None:
+                os.fsync(self._fd)
+
+    def close(self, *, remove: bool = False) -> None:
+        """Close the file; remove it when asked (the run is complete) or when it is empty."""
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            if (remove or not self._answers) and self.path.exists():
+                self.path.unlink()

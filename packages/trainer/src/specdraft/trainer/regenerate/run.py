@@ -28,6 +28,7 @@ def regenerate_from_config(
     progress: bool = True,
     api_key: str | None = None,
     timeout_s: float | None = None,
+    retry_for_s: float | None = None,
 ) -> RegenerateResult:
     """Regenerate records first..first+count of `sources` (default data.train_paths) into `out`."""
     from ..data import load_tokenizer, resolve_chat_template
@@ -51,7 +52,7 @@ def regenerate_from_config(
     )
     responder: Any
     if endpoint:
-        from .endpoint import DEFAULT_TIMEOUT_S, EndpointResponder
+        from .endpoint import DEFAULT_RETRY_FOR_S, DEFAULT_TIMEOUT_S, EndpointResponder
 
         responder = EndpointResponder(
             endpoint,
@@ -59,6 +60,7 @@ def regenerate_from_config(
             max_new_tokens=max_new_tokens,
             concurrency=batch_size,
             timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s,
+            retry_for_s=DEFAULT_RETRY_FOR_S if retry_for_s is None else retry_for_s,
             api_key=api_key,
         )
     else:
