@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "prepare-features": "specdraft.cli.prepare_features_cmd:prepare_features",
     "assets": "specdraft.cli.assets_cmd:assets",
     "audit": "specdraft.cli.audit_cmd:audit",
+    "curves": "specdraft.cli.curves_cmd:curves",
 }
 
 # One-line summaries for `specdraft --help`, so listing commands imports none of them.
@@ -37,4 +38,5 @@ SUMMARIES: dict[str, str] = {
     "prepare-features": "Run the target once over the corpus and write offline feature shards.",
     "assets": "Build local targets (the tiny one; real ones from GGUF files) into a fixed folder.",
     "audit": "Check a run's record: every sample trained exactly once per epoch?",
+    "curves": "Learning curves: held-out tau of runs against step and training time (PNG).",
 }

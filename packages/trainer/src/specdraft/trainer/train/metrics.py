@@ -21,7 +21,19 @@ if TYPE_CHECKING:
 
     from ..runtime import DistContext
 
-__all__ = ["MetricsWriter", "PerfClock", "metrics_writer", "peak_memory_mb", "read_metrics"]
+__all__ = [
+    "TRAIN_TIME_KEY",
+    "MetricsWriter",
+    "PerfClock",
+    "metrics_writer",
+    "peak_memory_mb",
+    "read_metrics",
+]
+
+# Seconds spent in optimizer steps so far (data wait included; warm-up, evaluation and checkpoint
+# saves excluded), on every step's and every eval's line: the x axis of `specdraft curves`, fair
+# between runs of other eval or save intervals. Carried across --resume in trainer_state.json.
+TRAIN_TIME_KEY = "time/train_s"
 
 log = logging.getLogger(__name__)
 
