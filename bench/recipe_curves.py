@@ -15,7 +15,9 @@ Equal time: a variant's cost per step differs (anchors, vocabulary, depth), so i
 is its share of the budget: a short probe run measures its seconds per step first, then
 max_steps = budget / step time, with the recipe's cosine schedule over those steps. Runs go
 `--jobs` at a time with `--threads` each (two one-thread runs on the two cores); their clocks
-count training only (evaluation and checkpoints excluded, `time/train_s`). A finished variant
+count training only (evaluation and checkpoints excluded), and the curves are drawn against the
+CPU seconds each one-thread run spent in its steps (`specdraft curves --clock cpu`), which other
+work on the machine does not stretch. A finished variant
 is kept and reused; an interrupted one resumes from its last checkpoint.
 
 Variants combine with '+': `lr1e-3+anchors128` is both.
@@ -43,6 +45,9 @@ FEATURES = WORK / "run-dflash-features"
 VARIANTS: dict[str, dict[str, str]] = {
     # The 2026-12-02 recipe: lr 3e-3, 3% warmup, cosine, 32 anchors, 1 layer, full vocabulary.
     "base": {},
+    # The same recipe exactly as it ran (4 epochs = 860 steps, cosine over them): the reference
+    # curve for "reaches the old recipe's final tau in half the time".
+    "recipe1202": {"training.max_steps": "860"},
     "lr1e-3": {"training.learning_rate": "1e-3"},
     "lr6e-4": {"training.learning_rate": "6e-4"},
     "lr6e-3": {"training.learning_rate": "6e-3"},
@@ -202,6 +207,8 @@ def main() -> None:
             plan = out / "plan.json"
             if plan.is_file():
                 steps = json.loads(plan.read_text())["steps"]
+            elif "training.max_steps" in overrides:
+                steps = int(overrides["training.max_steps"])
             elif args.steps:
                 steps = args.steps
             else:
@@ -235,6 +242,7 @@ def main() -> None:
                     print(f"FAILED {name} (exit {process.returncode}): see its train.log")
     folders = [str(WORK / "curves" / n) for n in names if (WORK / "curves" / n).is_dir()]
     command = [SPECDRAFT, "curves", *folders, "--out", args.out, "--reach", str(args.reach)]
+    command += ["--clock", "cpu"]
     print("+", " ".join(command), flush=True)
     subprocess.run(command, cwd=ROOT, check=False)
 

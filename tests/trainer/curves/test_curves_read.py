@@ -97,9 +97,24 @@ def test_runs_of_older_versions_have_steps_but_no_time(write_run):
 
 
 def test_the_key_is_the_one_the_trainer_writes():
-    from specdraft.trainer.train.metrics import TRAIN_TIME_KEY as WRITTEN
+    from specdraft.trainer.curves.read import CLOCK_KEYS
+    from specdraft.trainer.train.metrics import TRAIN_CPU_KEY, TRAIN_TIME_KEY as WRITTEN
 
     assert TRAIN_TIME_KEY == WRITTEN
+    assert CLOCK_KEYS == {"wall": WRITTEN, "cpu": TRAIN_CPU_KEY}
+
+
+def test_the_cpu_clock_reads_the_cpu_seconds(tmp_path):
+    from specdraft.trainer.curves.read import TRAIN_CPU_KEY
+
+    lines = [
+        {"step": s, "eval/tau": 1.0 + s / 10, TRAIN_TIME_KEY: s * 2.0, TRAIN_CPU_KEY: s * 1.0}
+        for s in (0, 1, 2)
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    wall, cpu = read_curve(tmp_path), read_curve(tmp_path, clock="cpu")
+    assert [p.train_s for p in wall.points] == [0.0, 2.0, 4.0]
+    assert [p.train_s for p in cpu.points] == [0.0, 1.0, 2.0] and cpu.train_s == 2.0
 
 
 @pytest.mark.subprocess

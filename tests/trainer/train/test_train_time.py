@@ -16,7 +16,7 @@ from train_support import one_rank, single_thread, tiny_run
 
 from specdraft.config import validate_config
 from specdraft.trainer.train.checkpoint import checkpoint_root, step_dir_name
-from specdraft.trainer.train.metrics import TRAIN_TIME_KEY, read_metrics
+from specdraft.trainer.train.metrics import TRAIN_CPU_KEY, TRAIN_TIME_KEY, read_metrics
 
 SLOW = 0.5  # seconds each evaluation and each checkpoint save takes here
 STEPS = 4
@@ -123,3 +123,20 @@ def test_a_resumed_run_continues_the_checkpoints_count(run):
     assert times == sorted(times)
     assert times[2] > state["train_seconds"]
     assert trainer.train_seconds == times[-1]
+
+
+def test_the_cpu_clock_counts_the_same_intervals_in_process_cpu_time(run):
+    config, lines = run
+    steps = {line["step"]: line for line in lines if "loss" in line}
+    evals = {line["step"]: line for line in lines if "eval/tau" in line}
+    assert evals[0][TRAIN_CPU_KEY] == 0.0
+    cpu = [steps[s][TRAIN_CPU_KEY] for s in range(1, STEPS + 1)]
+    assert cpu == sorted(cpu) and cpu[0] > 0
+    for step in range(1, STEPS + 1):
+        assert evals[step][TRAIN_CPU_KEY] == steps[step][TRAIN_CPU_KEY]
+    # The SLOW evaluations sleep: wall time passes, CPU time does not, and neither clock has
+    # them; the steps' own CPU time is at most their wall time times the threads (one here).
+    assert steps[STEPS][TRAIN_CPU_KEY] < steps[STEPS][TRAIN_TIME_KEY] * 1.5 + 0.5
+    checkpoint = checkpoint_root(Path(config.output_dir)) / step_dir_name(2)
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    assert state["train_cpu_seconds"] == steps[2][TRAIN_CPU_KEY]

@@ -49,6 +49,15 @@ def _fail(message: str) -> None:
     show_default=True,
     help="The plot's x axis: optimizer step, training time, or both side by side.",
 )
+@click.option(
+    "--clock",
+    type=click.Choice(["wall", "cpu"]),
+    default="wall",
+    show_default=True,
+    help="Training time as wall seconds inside optimizer steps, or as the CPU seconds the run's "
+    "process spent there (time/train_cpu_s): the fair clock for runs that shared a busy machine "
+    "(compare one-thread runs; CPU time adds up every thread).",
+)
 @format_option("text", "json", help="Text for people, JSON (the parsed curves) for machines.")
 def curves(
     run_dirs: tuple[Path, ...],
@@ -56,6 +65,7 @@ def curves(
     labels: tuple[str, ...],
     reach_taus: tuple[float, ...],
     x_axis: str,
+    clock: str,
     fmt: str,
 ) -> None:
     """Learning curves: held-out tau of one or several runs, against step and training time.
@@ -75,7 +85,7 @@ def curves(
         _fail(f"curves: {len(labels)} --label for {len(run_dirs)} runs: give one per run, in order")
     names = list(labels) or _default_labels(run_dirs)
     try:
-        read = [read_curve(run, name) for run, name in zip(run_dirs, names, strict=True)]
+        read = [read_curve(run, name, clock) for run, name in zip(run_dirs, names, strict=True)]
     except CurveError as err:
         _fail(f"curves: {err}")
     plot = None
@@ -98,7 +108,7 @@ def curves(
     if fmt == "json":
         click.echo(json.dumps(curves_json(read, reach_taus, plot), indent=2))
     else:
-        click.echo(render_text(read, reach_taus), nl=False)
+        click.echo(render_text(read, reach_taus, clock), nl=False)
 
 
 def _default_labels(run_dirs: tuple[Path, ...]) -> list[str]:

@@ -12,6 +12,9 @@ EVAL_PREFIX = "eval/"
 # The trainer's cumulative training time (train/metrics.py TRAIN_TIME_KEY, spelled out here so
 # that reading a curve never imports torch; a test checks the two agree).
 TRAIN_TIME_KEY = "time/train_s"
+# Its CPU-time twin (TRAIN_CPU_KEY there): the clock of `--clock cpu`.
+TRAIN_CPU_KEY = "time/train_cpu_s"
+CLOCK_KEYS = {"wall": TRAIN_TIME_KEY, "cpu": TRAIN_CPU_KEY}
 # What the error messages tell a user whose run has no curve.
 EVAL_FIX = (
     "train with held-out prompts (data.eval_paths) and an evaluation every N steps "
@@ -67,8 +70,12 @@ def metrics_path(run: Path) -> Path:
     return run if run.is_file() else run / METRICS_NAME
 
 
-def read_curve(run: Path, label: str | None = None) -> Curve:
-    """Read a run folder's (or a metrics file's) evaluations; CurveError when it has none."""
+def read_curve(run: Path, label: str | None = None, clock: str = "wall") -> Curve:
+    """Read a run folder's (or a metrics file's) evaluations; CurveError when it has none.
+
+    `clock` picks the training time: "wall" (seconds inside optimizer steps) or "cpu" (the
+    process's CPU seconds over the same intervals)."""
+    time_key = CLOCK_KEYS[clock]
     path = metrics_path(run)
     if not path.is_file():
         raise CurveError(
@@ -78,11 +85,11 @@ def read_curve(run: Path, label: str | None = None) -> Curve:
     rows, torn = parse_rows(path)
     if not rows:
         raise CurveError(f"{path}: no metric lines yet (the run logs its first at log_interval)")
-    points = eval_points(rows)
+    points = eval_points(rows, time_key)
     if not points:
         raise CurveError(f"{path}: no held-out evaluation in this run; {EVAL_FIX}")
     final_step = max(row["step"] for row in rows)
-    times = [_number(row.get(TRAIN_TIME_KEY)) for row in rows if row["step"] == final_step]
+    times = [_number(row.get(time_key)) for row in rows if row["step"] == final_step]
     known = [t for t in times if t is not None]
     name = label or (run.name if run.is_dir() else run.parent.name) or str(run)
     return Curve(
@@ -118,7 +125,7 @@ def parse_rows(path: Path) -> tuple[list[dict[str, Any]], bool]:
     return rows, torn
 
 
-def eval_points(rows: list[dict[str, Any]]) -> list[EvalPoint]:
+def eval_points(rows: list[dict[str, Any]], time_key: str = TRAIN_TIME_KEY) -> list[EvalPoint]:
     """One point per evaluated step, in step order; a step evaluated twice (lines a resume did
     not drop) keeps its last line, the resumed run's."""
     by_step: dict[int, EvalPoint] = {}
@@ -130,7 +137,7 @@ def eval_points(rows: list[dict[str, Any]]) -> list[EvalPoint]:
         rates = metrics.get("accept_rate_per_pos") or []
         by_step[row["step"]] = EvalPoint(
             step=row["step"],
-            train_s=_number(row.get(TRAIN_TIME_KEY)),
+            train_s=_number(row.get(time_key)),
             tau=tau,
             accept_rate_per_pos=[r for r in map(_number, rates) if r is not None],
             metrics=metrics,

@@ -98,13 +98,16 @@ def render_comparison(curves: Sequence[Curve], tau: float) -> list[str]:
     return lines
 
 
-def render_text(curves: Sequence[Curve], reach_taus: Sequence[float] = ()) -> str:
+def render_text(
+    curves: Sequence[Curve], reach_taus: Sequence[float] = (), clock: str = "wall"
+) -> str:
     """The whole text report: every run, then the runs side by side for each `--reach` tau."""
     blocks = ["\n".join(render_run(curve, reach_taus)) for curve in curves]
     if len(curves) > 1:
         blocks += ["\n".join(render_comparison(curves, tau)) for tau in reach_taus]
+    seconds = "CPU seconds of the run's process" if clock == "cpu" else "seconds"
     note = (
-        "training time: seconds inside optimizer steps (data wait included; warm-up,\n"
+        f"training time: {seconds} inside optimizer steps (data wait included; warm-up,\n"
         "evaluation and checkpoint saves excluded); reach: linear between evaluations"
     )
     return "\n\n".join([*blocks, note]) + "\n"

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ..runtime import DistContext
 
 __all__ = [
+    "TRAIN_CPU_KEY",
     "TRAIN_TIME_KEY",
     "MetricsWriter",
     "PerfClock",
@@ -34,6 +35,10 @@ __all__ = [
 # saves excluded), on every step's and every eval's line: the x axis of `specdraft curves`, fair
 # between runs of other eval or save intervals. Carried across --resume in trainer_state.json.
 TRAIN_TIME_KEY = "time/train_s"
+# The same interval in CPU seconds of this process (all its threads, time.process_time): on a
+# machine shared with other jobs the wall clock of a step stretches, its CPU time does not, so
+# recipes are compared at equal CPU time (`specdraft curves --clock cpu`).
+TRAIN_CPU_KEY = "time/train_cpu_s"
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from ..runtime import DistContext, all_reduce_sum
 from .checkpoint import LoadedCheckpoint, find_latest, save_checkpoint
 from .checkpoint_policy import CheckpointPolicy
 from .flops import FlopMeter
-from .metrics import TRAIN_TIME_KEY, MetricsWriter, PerfClock, peak_memory_mb
+from .metrics import TRAIN_CPU_KEY, TRAIN_TIME_KEY, MetricsWriter, PerfClock, peak_memory_mb
 from .sample_record import SampleRecord
 
 log = logging.getLogger(__name__)
@@ -261,6 +261,7 @@ class Trainer:
         self.skipped_steps = 0  # steps dropped for a non-finite loss (nonfinite_loss = 'skip')
         # Seconds inside optimizer steps (data wait included; eval and saves not): TRAIN_TIME_KEY.
         self.train_seconds = 0.0
+        self.train_cpu_seconds = 0.0  # the same interval in process CPU time: TRAIN_CPU_KEY
         # Padded length of each micro-batch of the last window (logged as data/pad_lengths):
         # shows the pad policy at work, the same whichever source built the batches.
         self.pad_lengths: list[int] = []
@@ -353,17 +354,20 @@ class Trainer:
         spec = self.spec.for_epoch(self.epoch)
         windows = self.source.windows(self.epoch, self.window)
         while self.step < run.total:
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             with run.clock.data_wait():
                 window = next(windows, None)
             if window is None:
                 self.train_seconds += time.perf_counter() - start
+                self.train_cpu_seconds += time.process_time() - start_cpu
                 return
             record = self.train_step(window, spec, run.clock)
             # Measured here, not from perf/step_ms: that interval also holds the previous
             # step's logging, evaluation and checkpoint save.
             self.train_seconds += time.perf_counter() - start
+            self.train_cpu_seconds += time.process_time() - start_cpu
             record.metrics[TRAIN_TIME_KEY] = self.train_seconds
+            record.metrics[TRAIN_CPU_KEY] = self.train_cpu_seconds
             run.history.append(record)
             if run.bar is not None:
                 run.bar.update(1)
@@ -538,6 +542,7 @@ class Trainer:
         self.window = int(state["window"])
         # A checkpoint of an older version has none: its resumed curve restarts the clock.
         self.train_seconds = float(state.get("train_seconds", 0.0))
+        self.train_cpu_seconds = float(state.get("train_cpu_seconds", 0.0))
         self.scheduler.load_state_dict(state["scheduler"])
         if self.ctx.is_main:
             log.info("resumed from %s at step %d (epoch %d)", loaded.path, self.step, self.epoch)
@@ -553,6 +558,7 @@ class Trainer:
             "epoch": self.epoch,
             "window": self.window,
             "train_seconds": self.train_seconds,
+            "train_cpu_seconds": self.train_cpu_seconds,
             "scheduler": self.scheduler.state_dict(),
             "fingerprint": self.fingerprint,
         }
@@ -580,7 +586,8 @@ class Trainer:
         self.model.train()
         result["step"] = self.step
         metrics = {f"eval/{k}": v for k, v in result.items() if k != "step"}
-        self.writer.write(self.step, {**metrics, TRAIN_TIME_KEY: self.train_seconds})
+        clocks = {TRAIN_TIME_KEY: self.train_seconds, TRAIN_CPU_KEY: self.train_cpu_seconds}
+        self.writer.write(self.step, {**metrics, **clocks})
         return result
 
     def _record(
