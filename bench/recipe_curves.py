@@ -12,7 +12,7 @@ build/real/curves/<variant>/ with held-out evaluation every `--eval-every` steps
 `specdraft curves` draws them all into one PNG and prints the table.
 
 Equal time: a variant's cost per step differs (anchors, vocabulary, depth), so its step count
-is its share of the budget: a short probe run measures its seconds per step first, then
+is its share of the budget: a short probe run measures its CPU seconds per step first, then
 max_steps = budget / step time, with the recipe's cosine schedule over those steps. Runs go
 `--jobs` at a time with `--threads` each (two one-thread runs on the two cores); their clocks
 count training only (evaluation and checkpoints excluded), and the curves are drawn against the
@@ -128,7 +128,7 @@ def features_for(overrides: dict[str, str], env: dict[str, str]) -> Path:
 
 
 def seconds_per_step(name: str, overrides: dict[str, str], features: Path, env) -> float:
-    """A variant's training seconds per step, from a short probe run (steps 4-12)."""
+    """A variant's training CPU seconds per step, from a short probe run (steps 5-12)."""
     with tempfile.TemporaryDirectory(prefix=f"probe-{name}-", dir=WORK) as tmp:
         probe = {
             **overrides,
@@ -142,12 +142,9 @@ def seconds_per_step(name: str, overrides: dict[str, str], features: Path, env) 
         command = [SPECDRAFT, "train", CONFIG, *data_sets(features), *sets(probe), "--overwrite"]
         subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True)
         lines = [json.loads(x) for x in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
-        times = [
-            line["perf/train_compute_ms"] + line.get("perf/data_wait_ms", 0.0)
-            for line in lines
-            if "perf/train_compute_ms" in line and line.get("step", 0) > 4
-        ]
-    return sum(times) / len(times) / 1000
+        # CPU seconds (one thread), which other jobs on the machine do not stretch.
+        cpu = {line["step"]: line["time/train_cpu_s"] for line in lines if "loss" in line}
+    return (cpu[12] - cpu[4]) / 8
 
 
 def run_command(name: str, overrides: dict[str, str], features: Path, steps: int, args) -> list:
@@ -176,7 +173,7 @@ def main() -> None:
     """Train the variants (equal time, `--jobs` at once), then draw and tabulate the curves."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--variants", default="base")
-    parser.add_argument("--budget-min", type=float, default=40.0, help="training minutes each")
+    parser.add_argument("--budget-min", type=float, default=40.0, help="training CPU minutes each")
     parser.add_argument("--steps", type=int, help="fixed steps for every variant (no probe)")
     parser.add_argument("--eval-every", type=int, default=200)
     parser.add_argument("--eval-samples", type=int, default=24)
