@@ -1,5 +1,7 @@
-"""Which parts of the trainer package may speak HTTP: the disaggregated runtime, and the one
-client of an outside server (`regenerate`'s chat endpoint). The local training path (the
+"""Which parts of the trainer package may speak HTTP: the disaggregated runtime, and the two
+clients of an outside server (`regenerate`'s chat endpoint, and `serve/llama_server.py`, which
+drives a llama-server process on the loopback for `eval --engine llama.cpp`). The local training
+path (the
 training loop, backends, data, models, features, export and serving, the launcher) never imports
 an HTTP module, not even through another module, so a local run never pays for, or depends on,
 the runtime's servers.
@@ -19,7 +21,11 @@ HTTP_MODULES = (f"{RUNTIME}.http_server", f"{RUNTIME}.http_client")
 ALLOWED = {
     "specdraft.trainer.disagg": HTTP_MODULES,
     "specdraft.trainer.regenerate.endpoint": (f"{RUNTIME}.http_client",),
+    "specdraft.trainer.serve.llama_server": (f"{RUNTIME}.http_client",),
 }
+# Serving through llama.cpp is a client of llama-server: left out of the local path's starts
+# (nothing on that path may import them either: a chain from train/ to them is still found).
+LLAMA_CLIENTS = ("specdraft.trainer.serve.llama_server", "specdraft.trainer.serve.llama_served")
 # The local training path: every module of these sub-packages (and these loose modules).
 LOCAL_PATH = (
     "specdraft.trainer.train",
@@ -98,7 +104,11 @@ def test_the_local_training_path_reaches_no_http_module():
     """Not even through another module: from train/, backends/, models/, ... no chain of
     imports ends in an HTTP module."""
     modules = discover_modules()
-    starts = [name for name in modules if any(_within(name, p) for p in LOCAL_PATH)]
+    starts = [
+        name
+        for name in modules
+        if any(_within(name, p) for p in LOCAL_PATH) and name not in LLAMA_CLIENTS
+    ]
     assert f"{RUNTIME}.private" in starts and "specdraft.trainer.train.rank_entry" in starts
     paths = http_paths_from(starts, module_graph())
     assert not paths, "the local training path imports HTTP:\n    " + "\n    ".join(paths)

@@ -28,6 +28,8 @@ RANGES = {
     "block_too_small": "SD3",
     "features_with_disaggregated": "SD4",
     "watermark_below_window": "SD4",
+    "soft_labels_without_topk": "SD3",
+    "target_labels_disaggregated": "SD4",
     # A schema-wide bound (every `le` constraint), reported like the other schema errors.
     "above_limit": "SD1",
 }

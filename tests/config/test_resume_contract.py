@@ -75,6 +75,8 @@ def test_identity_and_data_order_fields_are_the_rows() -> None:
         "mask_token_id",
         "max_length",
         "draft_vocab_size",
+        "data.labels",
+        "training.soft_label_topk",
     )
     assert set(IDENTITY_FIELDS) | set(DATA_ORDER_FIELDS) == {r.name for r in RESUME_CONTRACT}
     # Every sampler setting is named by a data-order field, and every mode field is saved.

@@ -77,7 +77,7 @@ def quickstart_dflash_run(target: Path, extra: tuple[str, ...] = ()) -> tuple[Pa
 
     `extra`: more KEY=VALUE overrides of the run (a draft vocabulary), part of the cache key.
     """
-    from specdraft.trainer.runtime.cache import build_once, cache_root, recipe_hash
+    from specdraft.trainer.runtime.cache import cache_root, recipe_hash
 
     recipe = {
         "config": QUICKSTART_DFLASH.read_text(),
@@ -102,15 +102,91 @@ def quickstart_dflash_run(target: Path, extra: tuple[str, ...] = ()) -> tuple[Pa
                 cwd=ROOT,
             )
             assert done.returncode == 0, done.stderr[-3000:]
-        # Trained where it is cached: the checkpoint's paths must not point into tmp.
-        overrides = quickstart_overrides(target, final / "data", final / "run") + more
-        train_overrides = quickstart_overrides(target, data, tmp / "run") + more
-        done = specdraft_cli(
-            "train", str(QUICKSTART_DFLASH), *train_overrides, "--no-progress", cwd=ROOT
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        (tmp / "overrides.json").write_text(json.dumps(overrides))
+        train_quickstart(tmp, final, target, data, more, cached_data=final / "data")
+
+    return built_run(final, build)
+
+
+def train_quickstart(
+    tmp: Path, final: Path, target: Path, data: Path, more: list[str], cached_data: Path
+) -> None:
+    """Train the quickstart run in `tmp` and record the --set options it has once cached."""
+    # Trained where it is cached: the recorded paths must not point into tmp.
+    overrides = quickstart_overrides(target, cached_data, final / "run") + more
+    train_overrides = quickstart_overrides(target, data, tmp / "run") + more
+    done = specdraft_cli(
+        "train", str(QUICKSTART_DFLASH), *train_overrides, "--no-progress", cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (tmp / "overrides.json").write_text(json.dumps(overrides))
+
+
+def built_run(final: Path, build) -> tuple[Path, list[str]]:
+    """Build a cached run once; its last checkpoint and the --set options it was trained with."""
+    from specdraft.trainer.runtime.cache import build_once
 
     build_once(final, build)
     checkpoint = sorted((final / "run" / "checkpoints").glob("step-*"))[-1]
     return checkpoint, json.loads((final / "overrides.json").read_text())
+
+
+def llama_cpp_build():
+    """llama.cpp build 11434 (scripts/llama_cpp_build.sh, run once: about 8 minutes cold, then
+    found in its cache); the test fails with the script's reason when it cannot be built."""
+    from specdraft.trainer.serve.llama_cpp_build import LlamaCppUnavailable, ensure_llama_cpp
+
+    try:
+        return ensure_llama_cpp()
+    except LlamaCppUnavailable as exc:
+        pytest.fail(str(exc))
+
+
+# The quickstart draft of each family, trained like the DFlash one (quickstart_dflash_run) with
+# options llama.cpp can load on the tiny target (hidden size 128): DFlash2 as in
+# examples/quickstart.toml (its selector's top_k * (top_k + 1) scores fit a hidden row), DSpark
+# with the vanilla Markov head and a confidence head that reads the Markov embedding.
+QUICKSTART_FAMILIES = {
+    "dflash": (),
+    "dflash2": (
+        'model.algorithm="dflash2"',
+        'model.dflash2.selector_gold_policy="insert"',
+        "model.dflash2.selector_rank=32",
+        "model.dflash2.selector_top_k=8",
+    ),
+    "dspark": (
+        'model.algorithm="dspark"',
+        'model.dspark.markov_type="vanilla"',
+        "model.dspark.confidence_uses_markov=true",
+    ),
+}
+
+
+def quickstart_family_run(
+    target: Path, family: str, extra: tuple[str, ...] = ()
+) -> tuple[Path, list[str]]:
+    """The small quickstart's draft of `family` (see QUICKSTART_FAMILIES) with the `extra`
+    overrides, trained once (cached): (checkpoint, --set options of its run).
+
+    DFlash is quickstart_dflash_run's own (shared with the vLLM tests); the other families
+    train on the data that run regenerated, so only their training is added.
+    """
+    from specdraft.trainer.runtime.cache import cache_root, recipe_hash
+
+    if family == "dflash":
+        return quickstart_dflash_run(target, extra)
+    base, _ = quickstart_dflash_run(target)
+    data = base.parents[2] / "data"
+    pairs = (*QUICKSTART_FAMILIES[family], *extra)
+    recipe = {
+        "config": QUICKSTART_DFLASH.read_text(),
+        "target": str(target),
+        "data": str(data),
+        "overrides": list(pairs),
+    }
+    final = cache_root() / "serve" / f"quickstart-{family}-{recipe_hash(recipe)}"
+    more = [item for pair in pairs for item in ("--set", pair)]
+
+    def build(tmp: Path) -> None:
+        train_quickstart(tmp, final, target, data, more, cached_data=data)
+
+    return built_run(final, build)

@@ -98,7 +98,8 @@ def test_runs_of_older_versions_have_steps_but_no_time(write_run):
 
 def test_the_key_is_the_one_the_trainer_writes():
     from specdraft.trainer.curves.read import CLOCK_KEYS
-    from specdraft.trainer.train.metrics import TRAIN_CPU_KEY, TRAIN_TIME_KEY as WRITTEN
+    from specdraft.trainer.train.metrics import TRAIN_CPU_KEY
+    from specdraft.trainer.train.metrics import TRAIN_TIME_KEY as WRITTEN
 
     assert TRAIN_TIME_KEY == WRITTEN
     assert CLOCK_KEYS == {"wall": WRITTEN, "cpu": TRAIN_CPU_KEY}

@@ -34,3 +34,19 @@ def test_identity_fields_are_refused_even_when_data_order_is_allowed(tmp_path: P
     other = run_fingerprint(load_config(EXAMPLE, ["model.block_size=8"]), "d")
     with pytest.raises(CheckpointMismatch, match="block_size: checkpoint has 16, config has 8"):
         check_fingerprint(saved, other, tmp_path, allow_changed=("training.seed",))
+
+
+def test_a_resume_on_other_labels_is_refused_naming_them(tmp_path: Path) -> None:
+    saved = run_fingerprint(load_config(EXAMPLE), "d")
+    argmax = run_fingerprint(load_config(EXAMPLE, ['data.labels="target_argmax"']), "d")
+    with pytest.raises(CheckpointMismatch, match=r"data\.labels: checkpoint has 'tokens', config"):
+        check_fingerprint(saved, argmax, tmp_path, allow_changed=("training.seed",))
+    soft = ["training.soft_label_topk=8", "training.soft_label_weight=0.5"]
+    with pytest.raises(CheckpointMismatch, match=r"training\.soft_label_topk: checkpoint has 0"):
+        check_fingerprint(saved, run_fingerprint(load_config(EXAMPLE, soft), "d"), tmp_path)
+    # The soft labels' weight may change on resume, as the learning rate may.
+    lighter = run_fingerprint(
+        load_config(EXAMPLE, [*soft[:1], "training.soft_label_weight=0.2"]), "d"
+    )
+    saved_soft = run_fingerprint(load_config(EXAMPLE, soft), "d")
+    assert check_fingerprint(saved_soft, lighter, tmp_path) == []

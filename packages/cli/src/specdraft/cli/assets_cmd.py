@@ -4,6 +4,9 @@ Targets are built once into the cache under a name that hashes their recipe; con
 quickstart's) need a path that does not change, so these commands copy the cached folder there.
 They are idempotent: a folder that already holds the same build is left alone, one that holds an
 older copy made by the same kind of command is replaced, and any other folder is refused.
+
+`specdraft assets target-gguf --target DIR --out FILE` goes the other way: a target's HF folder
+as one GGUF file for llama.cpp (written by llama.cpp's own converter, not cached).
 """
 
 from __future__ import annotations
@@ -105,6 +108,50 @@ def smollm2(out: Path, cache_dir: str | None) -> None:
 
     refuse_foreign(out, GGUF_MARKER)
     click.echo(install_copy(_built(build_smollm2_target, cache_dir), out, GGUF_MARKER))
+
+
+@assets.command("target-gguf")
+@click.option(
+    "--target",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The target's local HF folder (config.json, safetensors, tokenizer).",
+)
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The .gguf file to write (new, or existing with --force; never inside --target).",
+)
+@click.option(
+    "--outtype",
+    type=click.Choice(["f32", "f16", "q8_0"]),
+    default="f32",
+    show_default=True,
+    help="Weight type of the file.",
+)
+@click.option("--force", is_flag=True, help="Replace an existing --out file.")
+def target_gguf(target: Path, out: Path, outtype: str, force: bool) -> None:
+    """Write a target's GGUF for llama.cpp (`llama-server -m FILE`).
+
+    The reverse of `assets gguf`: the HF folder goes through llama.cpp's own converter, from
+    the pinned build that `bash scripts/llama_cpp_build.sh` makes. The tiny target's tokenizer,
+    which the converter does not know, is written with llama.cpp's qwen2 pre-tokenizer (its
+    split is Qwen2's); any other tokenizer the converter does not know is refused. Exit 2 for
+    a refused --out or --target.
+
+    \b
+    Needs the gguf extra: pip install 'specdraft-trainer[gguf]'
+    """
+    from specdraft.trainer.export import ExportError, ExportRefused, write_target_gguf
+
+    try:
+        written = write_target_gguf(target, out, outtype=outtype, force=force)
+    except ExportRefused as exc:
+        raise click.UsageError(str(exc)) from None
+    except ExportError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{written}: {target} as GGUF ({outtype})")
 
 
 def _built(build: Callable[..., Path], *args: Any) -> Path:

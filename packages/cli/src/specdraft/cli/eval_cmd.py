@@ -1,4 +1,5 @@
-"""`specdraft eval CONFIG --checkpoint DIR [--engine vllm]`: acceptance on held-out prompts."""
+"""`specdraft eval CONFIG --checkpoint DIR [--engine vllm|llama.cpp]`: acceptance on held-out
+prompts."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from .common import config_argument, format_option, load_or_exit, overrides_opti
 
 
 class EvalUsageError(click.ClickException):
-    """An evaluation the user must fix something for (no vLLM, a refused draft): exit 2."""
+    """An evaluation the user must fix something for (no vLLM or llama.cpp build): exit 2."""
 
     exit_code = 2
 
@@ -26,12 +27,13 @@ class EvalUsageError(click.ClickException):
 )
 @click.option(
     "--engine",
-    type=click.Choice(["specdraft", "vllm"]),
+    type=click.Choice(["specdraft", "vllm", "llama.cpp"]),
     default="specdraft",
     show_default=True,
     help="specdraft: its own exact simulation of greedy verification. vllm: export the draft "
     "for vLLM, serve the same prompts with vLLM (with and without the draft) and print vLLM's "
-    "measured acceptance next to specdraft's estimate.",
+    "measured acceptance next to specdraft's estimate. llama.cpp: the same with the draft "
+    "exported to GGUF and served by llama-server (all three families).",
 )
 @click.option(
     "--vllm-python",
@@ -45,7 +47,9 @@ class EvalUsageError(click.ClickException):
     is_flag=True,
     help="With --engine vllm: also measure output tokens/s of the target alone, with the draft "
     "and with vLLM's n-gram speculation, at batch 1 and at --speed-batch (three more engines: "
-    "several minutes on CPU).",
+    "several minutes on CPU). With --engine llama.cpp: the same at batch 1 and with --parallel "
+    "slots, for the target alone, the draft, llama.cpp's four n-gram modes and the draft at a "
+    "synthetic acceptance (its measured one and every token accepted: the speed ceiling).",
 )
 @click.option(
     "--speed-batch",
@@ -53,6 +57,35 @@ class EvalUsageError(click.ClickException):
     default=16,
     show_default=True,
     help="Prompts of the batched --speed measurement (the first held-out prompts).",
+)
+@click.option(
+    "--target-gguf",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="With --engine llama.cpp: the target's GGUF file (e.g. a quantized one). Default: "
+    "the f32 GGUF of model.target, written once into the run folder's eval/.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="With --engine llama.cpp: llama-server's threads (-t). Its threads spin: more than "
+    "the idle cores slows it down.",
+)
+@click.option(
+    "--parallel",
+    type=click.IntRange(min=2),
+    default=4,
+    show_default=True,
+    help="With --engine llama.cpp --speed: server slots (-np) of the batched measurement.",
+)
+@click.option(
+    "--draft-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --engine llama.cpp: speculative tokens per step (--spec-draft-n-max; default "
+    "block_size - 1, DSpark block_size).",
 )
 @overrides_option
 @format_option("text", "json")
@@ -63,6 +96,10 @@ def eval_(
     vllm_python: str | None,
     speed: bool,
     speed_batch: int,
+    target_gguf: str | None,
+    threads: int,
+    parallel: int,
+    draft_tokens: int | None,
     overrides: tuple[str, ...],
     fmt: str,
 ) -> None:
@@ -75,6 +112,13 @@ def eval_(
     spec-decode counters: acceptance length = 1 + accepted / drafts. A family the installed
     vLLM cannot run (its CPU build's V1 runner refuses DFlash2 and DSpark) is reported with
     vLLM's own reason, after vLLM has accepted the draft config, and exits 1.
+
+    \b
+    With --engine llama.cpp the draft is exported to GGUF and served by llama-server (the
+    build of scripts/llama_cpp_build.sh) with the target's GGUF, greedy, one prompt at a time,
+    with and without the draft; acceptance length = (generated - prompts) / (generated -
+    accepted - prompts) from the responses' timings, per position from its /metrics. A draft
+    llama-server refuses is reported with its own reason from its log, and exits 1.
     """
     config = load_or_exit(config_path, overrides)
     if not config.data.eval_paths:
@@ -83,9 +127,25 @@ def eval_(
         )
     from specdraft.trainer.export import ExportError
 
-    if speed and engine != "vllm":
-        raise EvalUsageError("--speed measures vLLM serving: add --engine vllm")
+    if speed and engine == "specdraft":
+        raise EvalUsageError("--speed measures serving: add --engine vllm or --engine llama.cpp")
+    if engine != "llama.cpp" and (target_gguf or draft_tokens is not None):
+        raise EvalUsageError(
+            "--target-gguf and --draft-tokens serve with llama.cpp: add --engine llama.cpp"
+        )
     try:
+        if engine == "llama.cpp":
+            served_llama(
+                config,
+                checkpoint,
+                fmt,
+                speed=speed,
+                target_gguf=target_gguf,
+                threads=threads,
+                parallel=parallel,
+                draft_tokens=draft_tokens,
+            )
+            return
         if engine == "vllm":
             served(config, checkpoint, vllm_python, fmt, speed_batch if speed else 0)
             return
@@ -201,3 +261,63 @@ def served_lines(result: dict[str, Any]) -> list[str]:
         f"({result['identical_outputs']} of {result['prompts']}); vLLM's greedy output equals "
         f"the HF target's on {result['matches_target_greedy']} of {result['prompts']}",
     ]
+
+
+def served_llama(
+    config: Any,
+    checkpoint: str,
+    fmt: str,
+    *,
+    speed: bool,
+    target_gguf: str | None,
+    threads: int,
+    parallel: int,
+    draft_tokens: int | None,
+) -> None:
+    """`--engine llama.cpp`: llama-server's acceptance next to specdraft's estimate (and with
+    `speed` the tokens/s table); exit 2 without a build, 1 when llama-server refuses the draft."""
+    from pathlib import Path
+
+    from specdraft.trainer.serve.llama_cpp_build import LlamaCpp, LlamaCppUnavailable
+    from specdraft.trainer.serve.llama_report import llama_served_lines, llama_speed_lines
+    from specdraft.trainer.serve.llama_served import served_llama_cpp
+    from specdraft.trainer.serve.llama_server import LlamaServerFailed
+
+    if checkpoint == "init":
+        raise EvalUsageError("--engine llama.cpp serves a trained checkpoint; give a step-* folder")
+    logs = Path(config.output_dir) / "eval" / "llama.cpp"
+
+    def starting(build: LlamaCpp) -> None:
+        click.echo(
+            f"serving the held-out prompts with llama.cpp build {build.build_number} "
+            f"({build.server}), with the draft and without"
+            f"{', then the speed settings' if speed else ''} (llama-server's logs: {logs})",
+            err=True,
+        )
+
+    try:
+        result = served_llama_cpp(
+            config,
+            checkpoint,
+            target_gguf=Path(target_gguf) if target_gguf else None,
+            threads=threads,
+            speed=speed,
+            parallel=parallel,
+            draft_tokens=draft_tokens,
+            log_dir=logs,
+            on_start=starting,
+        )
+    except LlamaCppUnavailable as exc:
+        raise EvalUsageError(str(exc)) from None
+    except ValueError as exc:  # --draft-tokens outside the family's block
+        raise EvalUsageError(str(exc)) from None
+    except LlamaServerFailed as exc:
+        raise click.ClickException(f"{exc}") from None
+    if fmt == "json":
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo("\n".join(llama_served_lines(result)))
+        if "speed" in result:
+            click.echo("\n".join(llama_speed_lines(result)))
+    if result["stage"] != "done":
+        raise SystemExit(1)

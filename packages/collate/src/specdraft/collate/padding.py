@@ -21,10 +21,19 @@ from specdraft.config import PadTo, ShapePolicy
 
 from .packed import collate_packed
 
-# Per-token keys in the order they are collated; other keys are stacked as they are.
-TOKEN_KEYS = ("input_ids", "loss_mask", "hidden_states", "target_last_hidden_states")
+# Per-token keys in the order they are collated; other keys are stacked as they are. The last
+# three are labels from the target's own predictions (trainer models/target_labels.py).
+TOKEN_KEYS = (
+    "input_ids",
+    "loss_mask",
+    "hidden_states",
+    "target_last_hidden_states",
+    "target_labels",
+    "target_soft_ids",
+    "target_soft_logprobs",
+)
 # Integer keys: ids and the 0/1 mask stay int64 whatever the caller handed in (e.g. Python lists).
-INTEGER_KEYS = ("input_ids", "loss_mask")
+INTEGER_KEYS = ("input_ids", "loss_mask", "target_labels", "target_soft_ids")
 STACKED_KEYS = ("sample_id",)
 # The batch key holding the number of anchor blocks the draft computes (a Python int, not a
 # tensor: moving it to a device must not turn a shape into a value the host has to wait for).

@@ -15,6 +15,7 @@ from .schema import (
     TrackingConfig,
     TrainingConfig,
 )
+from .serve import ServeConfig
 from .shape_policy import (
     PadTo,
     ShapePolicy,
@@ -36,6 +37,7 @@ __all__ = [
     "DisaggregatedConfig",
     "ModelConfig",
     "PadTo",
+    "ServeConfig",
     "ShapePolicy",
     "TrackingConfig",
     "TrainingConfig",

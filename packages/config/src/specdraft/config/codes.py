@@ -133,7 +133,27 @@ CORE_CODES: tuple[Code, ...] = (
     Code("SD323", "draft-vocab-padded", "note",
          "model.draft_vocab_size is not a multiple of 64: vLLM pads its head to one anyway."),
     Code("SD324", "draft-vocab-not-served", "warning",
-         "No serving engine reads a draft vocabulary for the selected algorithm."),
+         "None of the engines the draft is served with (serve.engines; unset: SGLang and "
+         "vLLM) reads a draft vocabulary for the selected algorithm."),
+    Code("SD326", "engine-cannot-load", "error",
+         "An engine in serve.engines cannot load the draft these model options train (for "
+         "llama.cpp: a DSpark Markov head other than vanilla or a confidence head without the "
+         "Markov features, a DFlash2 selector_top_k too large for the hidden size)."),
+    Code("SD327", "draft-vocab-engine", "note",
+         "An engine in serve.engines reads no draft vocabulary for the selected algorithm "
+         "(another one there does)."),
+    # Labels from the target's own predictions (data.labels, training.soft_label_*).
+    Code("SD340", "soft-labels-without-topk", "error",
+         "training.soft_label_weight is set but training.soft_label_topk is 0.",
+         ("soft_labels_without_topk",)),
+    Code("SD341", "soft-topk-unused", "note",
+         "training.soft_label_topk is set but soft_label_weight is 0: training uses no soft "
+         "labels (prepare-features still stores them)."),
+    Code("SD342", "soft-topk-above-vocab", "error",
+         "training.soft_label_topk is larger than the target's vocabulary."),
+    Code("SD343", "draft-vocab-from-tokens", "warning",
+         "model.draft_vocab_size with data.labels = 'target_argmax': the draft vocabulary is "
+         "chosen from the corpus's tokens, not from the target's labels."),
     # ---- deployment
     Code("SD401", "features-with-disaggregated", "error",
          "Offline feature shards cannot feed the disaggregated mode.",
@@ -141,6 +161,9 @@ CORE_CODES: tuple[Code, ...] = (
     Code("SD402", "watermark-below-window", "error",
          "The backpressure high watermark is smaller than one optimizer window.",
          ("watermark_below_window",)),
+    Code("SD410", "target-labels-disaggregated", "error",
+         "data.labels = 'target_argmax' or soft labels in the disaggregated mode, whose capture "
+         "servers return no target predictions.", ("target_labels_disaggregated",)),
     Code("SD403", "unused-deployment-table", "warning",
          "Disaggregated or Mooncake settings that the chosen mode or store ignores."),
     # ---- tracking

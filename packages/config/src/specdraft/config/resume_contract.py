@@ -94,6 +94,21 @@ RESUME_CONTRACT: tuple[ResumeField, ...] = (
         lambda c: c.model.draft_vocab_size,
         default=None,
     ),
+    # What the draft is trained to predict: a resume on other labels would mix two objectives
+    # in one curve. Soft labels count by their top-K only when on (the weight may change, as
+    # the learning rate may).
+    ResumeField(
+        "data.labels",
+        "what each supervised position is trained to predict (tokens or the target's argmax)",
+        lambda c: c.data.labels,
+        default="tokens",
+    ),
+    ResumeField(
+        "training.soft_label_topk",
+        "the target's top tokens per position the soft labels keep (0: no soft labels)",
+        lambda c: c.training.soft_label_topk if c.training.soft_label_weight > 0 else 0,
+        default=0,
+    ),
     # The data order: which samples the resumed run trains on, and in what order.
     ResumeField(
         "data",

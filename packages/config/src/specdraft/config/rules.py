@@ -15,6 +15,7 @@ from typing import Any
 from .draft_vocab_rules import draft_vocab_problems, draft_vocab_target_problems
 from .families import family_rules, options_tables_ignored
 from .finding import Problem
+from .label_rules import label_problems, label_target_problems
 from .sampler_mode import sampler_mode
 from .schema import Config
 from .shape_policy import ShapePolicy
@@ -36,6 +37,7 @@ def check_config(
     """Every soft finding of a valid config; `target` overrides model.target for target checks."""
     problems = shape_problems(config) + unused_table_problems(config, document)
     problems += tracking_problems(config) + draft_vocab_problems(config)
+    problems += label_problems(config)
     problems += family_rules(config.model.algorithm).config_checks(config)
     info, unreadable = load_target(config, target)
     if unreadable is not None:
@@ -229,6 +231,7 @@ def target_problems(config: Config, info: TargetInfo) -> list[Problem]:
     """Layer ids and mask token id against the target's own config, then the family's checks."""
     problems = layer_id_problems(config, info) + mask_token_problems(config, info)
     problems += draft_vocab_target_problems(config, info)
+    problems += label_target_problems(config, info)
     return problems + family_rules(config.model.algorithm).target_checks(config, info)
 
 

@@ -36,6 +36,7 @@ from .section import (
 )
 from .section import Section as _Section
 from .section import rule as _rule
+from .serve import ServeConfig
 from .stores import STORE_NAMES, STORE_RULES, StoreTables
 
 # flex_attention's block mask works in 128-token blocks; fp8 needs multiples of 16, which 128
@@ -115,7 +116,8 @@ class _ModelFields(_Section):
         "draft's LM head keeps the target head's rows of the most frequent supervised tokens of "
         "the training corpus (ties by lower id); a label outside them is never accepted, as at "
         "serving time. `specdraft explain-vocab` shows the coverage and the smallest sizes that "
-        "cover 95/98/99%. Served by vLLM (dflash, dspark) and speculators (dflash, dspark).",
+        "cover 95/98/99%. Served by vLLM (dflash, dspark), speculators (dflash, dspark) and "
+        "llama.cpp (all three, `specdraft export --format gguf`); see serve.engines.",
     )
 
     @field_validator("target_layer_ids")
@@ -169,6 +171,17 @@ class DataConfig(_Section):
         "sharegpt",
         description="'sharegpt': conversations ('conversations' with from/value or 'messages' "
         "with role/content) tokenised with the chat template; 'features': offline feature shards.",
+    )
+    labels: Literal["tokens", "target_argmax"] = Field(
+        "tokens",
+        description="What each supervised position is trained to predict. 'tokens': the "
+        "corpus's own next token. 'target_argmax': the target's greedy prediction there (the "
+        "argmax of its logits at the position before, given the corpus's own prefix), so "
+        "conversations the target did not write supervise the draft with the target's choices, "
+        "without regenerating them; on a corpus the target regenerated greedily both are the "
+        "same. The anchor token the draft reads stays the corpus's. Computed on the fly by the "
+        "in-process target; offline feature folders must hold it (`specdraft prepare-features` "
+        "with this setting); not in the disaggregated mode.",
     )
     tokenizer: str | None = Field(
         None, description="Local tokenizer path; defaults to model.target."
@@ -278,6 +291,23 @@ class TrainingConfig(_Section):
         gt=0.0,
         description="Decay of the per-offset loss weight exp(-(k-1)/gamma); defaults to 7 for "
         "block 16, 5 for block 10 and 4 for block 8.",
+    )
+    soft_label_topk: NonNegInt = Field(
+        0,
+        le=MAX_WIDTH,
+        description="Soft labels: how many of the target's most likely next tokens (K) are kept "
+        "per position, with their probabilities; the rest of the target's mass is one 'other' "
+        "bucket. `specdraft prepare-features` stores them when K > 0 (a folder with more than K "
+        "serves a run that asks for K). 0: none.",
+    )
+    soft_label_weight: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Weight w of the soft-label term: each supervised draft slot's loss is "
+        "(1 - w) x cross-entropy against its label (data.labels) + w x KL(target || draft) "
+        "over the target's top soft_label_topk tokens and the 'other' bucket. 0: off; 1: the "
+        "KL alone. Needs soft_label_topk > 0.",
     )
     attention_backend: Literal["auto", "sdpa", "flex"] = Field(
         "auto",
@@ -414,6 +444,18 @@ class TrainingConfig(_Section):
                     index=i,
                 )
         return value
+
+    @model_validator(mode="after")
+    def _soft_labels_need_topk(self) -> TrainingConfig:
+        if self.soft_label_weight > 0 and self.soft_label_topk == 0:
+            raise _rule(
+                "soft_labels_without_topk",
+                f"training.soft_label_weight = {self.soft_label_weight} needs the target's top "
+                "tokens per position: set training.soft_label_topk (8 to 32 keep most of the "
+                "target's mass), or soft_label_weight = 0",
+                key="training.soft_label_weight",
+            )
+        return self
 
     @model_validator(mode="after")
     def _bucket_needs_static(self) -> TrainingConfig:
@@ -645,6 +687,9 @@ class Config(_Section):
         default_factory=DeploymentConfig, description="Processes and the disaggregated runtime."
     )
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="Metrics sinks.")
+    serve: ServeConfig = Field(
+        default_factory=ServeConfig, description="Where the draft will be served."
+    )
 
     @model_validator(mode="after")
     def _cross_section_rules(self) -> Config:
@@ -710,6 +755,18 @@ class Config(_Section):
                 "features online from conversations: use format = 'sharegpt'",
                 key="data.format",
             )
+        if self.deployment.mode == "disaggregated" and (
+            data.labels != "tokens" or training.soft_label_weight > 0
+        ):
+            # The capture servers return the target's features only, not its logits.
+            on = "data.labels" if data.labels != "tokens" else "training.soft_label_weight"
+            raise _rule(
+                "target_labels_disaggregated",
+                f"{on} needs the target's predictions per position, which the disaggregated "
+                "runtime's capture servers do not return: train with deployment.mode = 'local' "
+                "(the in-process target, or offline features from `specdraft prepare-features`)",
+                key=on,
+            )
         dis = self.deployment.disaggregated
         window = training.micro_batch_size * training.grad_accum_steps * self.deployment.world_size
         if dis.high_watermark is not None and dis.high_watermark < window:
@@ -758,6 +815,8 @@ RULE_TYPES = (
     "block_too_small",
     "features_with_disaggregated",
     "watermark_below_window",
+    "soft_labels_without_topk",
+    "target_labels_disaggregated",
     "above_limit",
     *family_rule_types(),
 )

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..finding import Problem
 from ..lint_code import Code
 from ..section import Section, table
+from ..serve import DEFAULT_ENGINES
 from ..target_info import TargetInfo
 
 if TYPE_CHECKING:
@@ -63,9 +64,16 @@ class FamilyRules:
     # The lint codes of the family's own rules and checks; `codes.CODES` lists them with the
     # shared ones (a code's number must still be unique across the table).
     codes: tuple[Code, ...] = ()
-    # Whether some serving engine reads a draft vocabulary (`model.draft_vocab_size`) for this
-    # family's drafts; the linter warns otherwise (SD324) and export refuses it.
-    draft_vocab_served: bool = False
+    # The engines (`serve.ENGINES`) that read a draft vocabulary (`model.draft_vocab_size`) for
+    # this family's drafts; the linter warns when none of the config's engines is one (SD324)
+    # and the exports for the others refuse it.
+    draft_vocab_engines: tuple[str, ...] = ()
+
+    @property
+    def draft_vocab_served(self) -> bool:
+        """Whether an engine of an unconfigured `[serve]` (SGLang, vLLM) reads a draft
+        vocabulary for this family."""
+        return any(engine in DEFAULT_ENGINES for engine in self.draft_vocab_engines)
 
     @property
     def options_table(self) -> str | None:

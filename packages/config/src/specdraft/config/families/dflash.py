@@ -9,6 +9,7 @@ RULES = FamilyRules(
     title="DFlash",
     summary="the plain DFlash draft SGLang and vLLM serve: the backbone alone, slot k predicts "
     "anchor + k",
-    # vLLM's qwen3_dflash maps draft ids through d2t; speculators' DFlash takes t2d/d2t.
-    draft_vocab_served=True,
+    # vLLM's qwen3_dflash maps draft ids through d2t (speculators' DFlash takes t2d/d2t);
+    # llama.cpp's dflash.cpp scatters the draft head's logits through d2t (export --format gguf).
+    draft_vocab_engines=("vllm", "llama.cpp"),
 )

@@ -1,5 +1,6 @@
 """DFlash2, config side: `[model.dflash2]`, the rule that it names a gold policy, its lint
-checks (SD317 against the target, SD325 against the draft vocabulary) and their codes.
+checks (SD317 against the target, SD325 against the draft vocabulary, SD326, shared, against
+llama.cpp's selector when `serve.engines` names it) and their codes.
 
 The trainer's half (model, HF config keys, metrics, export layouts) is
 `specdraft/trainer/models/dflash2/`.
@@ -14,6 +15,7 @@ from pydantic import Field
 from ..finding import Problem
 from ..lint_code import Code
 from ..section import MAX_WIDTH, PositiveInt, Section, rule
+from ..serve import LLAMA_CPP
 from ..target_info import TargetInfo
 from .base import FamilyRules
 
@@ -83,6 +85,29 @@ def _conv_group_divides_hidden(config: Config, info: TargetInfo) -> list[Problem
     ]
 
 
+def _target_checks(config: Config, info: TargetInfo) -> list[Problem]:
+    """DFlash2's options against the target's hidden size: conv groups, llama.cpp's selector."""
+    return _conv_group_divides_hidden(config, info) + _top_k_fits_llama_cpp(config, info)
+
+
+def _top_k_fits_llama_cpp(config: Config, info: TargetInfo) -> list[Problem]:
+    """llama.cpp's DFlash2 selector packs a position's k candidates and k x k pair scores into
+    one hidden-state row (src/models/dflash.cpp refuses hidden_size < k (k + 1) at load)."""
+    top_k, hidden = dflash2_options(config.model).selector_top_k, info.hidden_size or 0
+    if not config.serve.named(LLAMA_CPP) or hidden <= 0 or hidden >= top_k * (top_k + 1):
+        return []
+    most = max((k for k in range(1, top_k) if hidden >= k * (k + 1)), default=1)
+    return [
+        Problem(
+            "SD326",
+            ("model", "dflash2", "selector_top_k"),
+            f"serve.engines names llama.cpp, whose DFlash2 selector needs hidden_size >= "
+            f"selector_top_k * (selector_top_k + 1) = {top_k * (top_k + 1)}; the target "
+            f"({info.folder}) has hidden size {hidden}: use selector_top_k <= {most}",
+        )
+    ]
+
+
 def _top_k_within_draft_vocab(config: Config) -> list[Problem]:
     """The selector picks its top-k candidates among the draft vocabulary: k must fit in it."""
     size, top_k = config.model.draft_vocab_size, dflash2_options(config.model).selector_top_k
@@ -121,7 +146,10 @@ RULES = FamilyRules(
     options=DFlash2Options,
     option_rules=_gold_policy_named,
     rule_types=("selector_gold_policy_missing",),
-    target_checks=_conv_group_divides_hidden,
+    target_checks=_target_checks,
     config_checks=_top_k_within_draft_vocab,
     codes=CODES,
+    # Only llama.cpp: its selector takes the top-k of the logits scattered through d2t (target
+    # ids); vLLM's takes draft ids as target ids, speculators' needs the full vocabulary.
+    draft_vocab_engines=("llama.cpp",),
 )

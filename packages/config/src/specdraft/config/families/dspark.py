@@ -1,4 +1,5 @@
-"""DSpark, config side: `[model.dspark]` (Markov head, confidence head, loss weights).
+"""DSpark, config side: `[model.dspark]` (Markov head, confidence head, loss weights), and what
+llama.cpp can load of it when `serve.engines` names llama.cpp (SD326, a shared code).
 
 The trainer's half (model, HF config keys, metrics, export layouts) is
 `specdraft/trainer/models/dspark/`.
@@ -6,12 +7,17 @@ The trainer's half (model, HF config keys, metrics, export layouts) is
 
 from __future__ import annotations
 
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import Field
 
+from ..finding import Problem
 from ..section import MAX_WIDTH, PositiveInt, Section
+from ..serve import LLAMA_CPP
 from .base import FamilyRules
+
+if TYPE_CHECKING:
+    from ..schema import Config
 
 
 class DSparkOptions(Section):
@@ -49,11 +55,48 @@ def dspark_options(model: Any) -> DSparkOptions:
     return cast(DSparkOptions, model.dspark)
 
 
+def _llama_cpp_loads(config: Config) -> list[Problem]:
+    """What llama.cpp (build 11434) cannot load of a DSpark draft, when the config names it.
+
+    Read in its source: conversion/qwen.py's DSparkModel refuses any `markov_head_type` but
+    'vanilla', and src/models/dflash.cpp builds the confidence head as one projection of the
+    draft state and the Markov embedding of the previous token (hidden + markov_rank inputs),
+    so llama-server refuses a head trained on the state alone (conf_proj's shape).
+    """
+    if not config.serve.named(LLAMA_CPP):
+        return []
+    opts, problems = dspark_options(config.model), []
+    if opts.markov_type != "vanilla":
+        problems.append(
+            Problem(
+                "SD326",
+                ("model", "dspark", "markov_type"),
+                f"serve.engines names llama.cpp, which builds only the 'vanilla' DSpark Markov "
+                f"head (its converter refuses {opts.markov_type!r}); set "
+                'model.dspark.markov_type = "vanilla", or drop llama.cpp from serve.engines',
+            )
+        )
+    if opts.confidence_head and not opts.confidence_uses_markov:
+        problems.append(
+            Problem(
+                "SD326",
+                ("model", "dspark", "confidence_uses_markov"),
+                "serve.engines names llama.cpp, whose DSpark confidence head reads the draft "
+                "state and the Markov embedding of the previous token (llama-server refuses a "
+                "head of the state alone: conf_proj's shape); set "
+                "model.dspark.confidence_uses_markov = true, or confidence_head = false",
+            )
+        )
+    return problems
+
+
 RULES = FamilyRules(
     name="dspark",
     title="DSpark",
     summary="shifted labels, Markov and confidence heads",
     options=DSparkOptions,
-    # vLLM's qwen3_dspark maps draft ids through d2t; speculators' DSpark takes t2d/d2t.
-    draft_vocab_served=True,
+    config_checks=_llama_cpp_loads,
+    # vLLM's qwen3_dspark maps draft ids through d2t (speculators' DSpark takes t2d/d2t);
+    # llama.cpp's converter reads DSpark's d2t and its runtime scatters logits and Markov bias.
+    draft_vocab_engines=("vllm", "llama.cpp"),
 )

@@ -12,7 +12,8 @@ import torch
 from specdraft.config import Config, ShapePolicy
 
 from ..models.family import family_of
-from .meta import FeatureMismatch, check_feature_meta, feature_meta
+from ..models.target_labels import target_predictions
+from .meta import FeatureMismatch, check_feature_meta, feature_meta, held_labels
 from .shards import read_index, write_index, write_shard
 
 if TYPE_CHECKING:
@@ -57,6 +58,13 @@ def prepare_features(
         index = {"meta": meta, "shards": [], "complete": False, "shard_size": shard_size}
     else:
         check_feature_meta(index["meta"], meta, folder)
+        # Every shard of a folder holds the same predictions.
+        if held_labels(index["meta"]) != held_labels(meta):
+            raise FeatureMismatch(
+                f"{folder} was started with the target predictions {held_labels(index['meta'])}, "
+                f"this config stores {held_labels(meta)} (data.labels, "
+                "training.soft_label_topk): use a new --out folder"
+            )
         if index["meta"].get("data") != meta["data"]:
             raise FeatureMismatch(
                 f"{folder} holds features of different data (data.train_paths, "
@@ -92,7 +100,9 @@ def prepare_features(
         rows = dataset.select(
             range(shard * shard_size, min(len(dataset), (shard + 1) * shard_size))
         )
-        samples = _features_of(rows, extractor, config, batch_size=batch_size, shapes=shapes)
+        samples = _features_of(
+            rows, extractor, config, batch_size=batch_size, shapes=shapes, meta=meta
+        )
         record = write_shard(folder, shard, samples)
         index["shards"].append(record.__dict__)
         write_index(folder, index)
@@ -112,9 +122,17 @@ def _features_of(
     *,
     batch_size: int,
     shapes: ShapePolicy,
+    meta: dict,
 ) -> list[dict[str, torch.Tensor]]:
-    """Run the target on rows in small batches; cut each sample's features to its own length."""
+    """Run the target on rows in small batches; cut each sample's features to its own length.
+
+    With the target's predictions in `meta` (data.labels, soft labels) each sample also gets
+    its argmax and top-K per position, from the target's own LM head on its normed last
+    hidden state: the logits of the same forward, one matmul more.
+    """
     with_last = family_of(config).needs_last_hidden
+    held = held_labels(meta)
+    head = extractor.model.get_output_embeddings().weight if held["target_argmax"] else None
     samples: list[dict[str, torch.Tensor]] = []
     for start in range(0, len(rows), batch_size):
         batch_rows = [rows[i] for i in range(start, min(len(rows), start + batch_size))]
@@ -140,5 +158,8 @@ def _features_of(
             }
             if with_last:
                 sample["target_last_hidden_states"] = last[i, :n].to("cpu")
+            if head is not None:
+                predicted = target_predictions(last[i, :n], head, held["target_topk"])
+                sample.update({key: value.to("cpu") for key, value in predicted.items()})
             samples.append(sample)
     return samples

@@ -2,10 +2,13 @@
 
 A feature folder holds `shard-00000.safetensors`, ... and `index.json`. Each shard stores, per
 sample k, `k.input_ids`, `k.loss_mask`, `k.hidden_states` ([S, L*H]), for DSpark also
-`k.target_last_hidden_states` ([S, H]), and `k.sample_id`. The index records what the features
-were made with (target, layer ids, tokenizer, chat template, max_length, data) and each finished
-shard with its sha256, and is rewritten atomically after every shard: an interrupted
-`prepare-features` resumes at the first unfinished shard. Training refuses a folder whose record
+`k.target_last_hidden_states` ([S, H]), and `k.sample_id`; with labels from the target's
+predictions also `k.target_argmax` ([S] int32), `k.target_topk_ids` ([S, K] int32) and
+`k.target_topk_logprobs` ([S, K] float32), prediction-aligned (models/target_labels.py). The
+index records what the features were made with (target, layer ids, tokenizer, chat template,
+max_length, data, the predictions held) and each finished shard with its sha256, and is
+rewritten atomically after every shard: an interrupted `prepare-features` resumes at the first
+unfinished shard. Training refuses a folder whose record
 differs from its config, and a shard whose bytes differ from its recorded sha256 (checked when
 the shard is first opened, naming the file).
 """
@@ -17,7 +20,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,7 +29,10 @@ from safetensors.torch import save_file
 
 from ..integrity import CorruptFile, sha256_file
 from ..runtime.atomic import atomic_path, atomic_write
-from .meta import FeatureMismatch, check_feature_meta
+from .meta import FeatureMismatch, check_feature_labels, check_feature_meta
+
+if TYPE_CHECKING:
+    from ..models.target_labels import LabelSettings
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +86,19 @@ def write_shard(
 
 
 class FeatureShardDataset(torch.utils.data.Dataset):
-    """Random access to the samples of one or more feature folders."""
+    """Random access to the samples of one or more feature folders.
 
-    def __init__(self, folders: Sequence[str | Path], *, expected: dict[str, Any] | None) -> None:
+    `expected` (the config's feature record) and `labels` (the target predictions the run
+    trains on) refuse folders made otherwise, before any shard is read.
+    """
+
+    def __init__(
+        self,
+        folders: Sequence[str | Path],
+        *,
+        expected: dict[str, Any] | None,
+        labels: LabelSettings | None = None,
+    ) -> None:
         self._entries: list[tuple[Path, int]] = []
         # Recorded sha256 per shard file (None for folders written before checksums).
         self._sha256: dict[Path, str | None] = {}
@@ -97,6 +113,8 @@ class FeatureShardDataset(torch.utils.data.Dataset):
                 )
             if expected is not None:
                 check_feature_meta(index["meta"], expected, folder)
+            if labels is not None:
+                check_feature_labels(index["meta"], labels, folder)
             if not index.get("complete", False):
                 raise FeatureMismatch(
                     f"features in {folder} are incomplete ({len(index['shards'])} shards so far): "

@@ -37,6 +37,7 @@ from .losses import DraftLoss, block_targets
 from .masks import build_block_mask
 from .spec import DraftTrainSpec
 from .target import TargetHead
+from .target_labels import TARGET_LABELS
 
 REQUIRED_KEYS = ("input_ids", "loss_mask", "hidden_states", "sample_id")
 
@@ -249,7 +250,10 @@ class DraftModel(PreTrainedModel):
         return self.blocks_at(batch, anchors, keep)
 
     def blocks_at(self, batch: dict[str, Tensor], anchors: Tensor, keep: Tensor) -> BlockTargets:
-        """What each slot of the blocks at `anchors` [B, N] (kept where `keep`) should predict."""
+        """What each slot of the blocks at `anchors` [B, N] (kept where `keep`) should predict.
+
+        A batch carrying `target_labels` (target_labels.py) takes its gold labels from them.
+        """
         layout = document_layout(batch)
         gold, supervised, positions = block_targets(
             batch["input_ids"],
@@ -258,6 +262,7 @@ class DraftModel(PreTrainedModel):
             keep,
             self.block_size,
             None if layout is None else layout.document_ids,
+            batch.get(TARGET_LABELS),
         )
         return BlockTargets(anchors, keep, gold, supervised, positions)
 
@@ -295,7 +300,7 @@ class DraftModel(PreTrainedModel):
                 head,
                 spec.attention_backend,
             )
-        require_keys(batch, REQUIRED_KEYS + self.extra_batch_keys)
+        require_keys(batch, REQUIRED_KEYS + self.extra_batch_keys + spec.label_keys)
         targets = self.place_blocks(batch, spec)
         hidden = self.run_backbone(
             batch["input_ids"],

@@ -31,6 +31,8 @@ COMMON_METRIC_RATIOS: MetricRatios = {
     "accuracy_per_pos": ("correct_per_pos", "count_per_pos"),
     # Mean run of leading correct tokens per kept block: an offline estimate of tau - 1.
     "accept_len": ("accepted", "blocks"),
+    # Soft labels (training.soft_label_weight > 0): the decayed KL per unit of loss weight.
+    "loss/soft_kl": ("soft_weighted_kl", LOSS_WEIGHT),
 }
 
 
@@ -71,13 +73,18 @@ def block_targets(
     keep: Tensor,
     block_size: int,
     document_ids: Tensor | None = None,
+    labels: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Gold tokens, supervision flags and positions at anchor + j, j = 0..block_size.
 
     Returns `gold` [B, N, bs+1] (int64), `supervised` [B, N, bs+1] (bool: inside the sequence,
     loss_mask set, block kept) and `positions` [B, N, bs+1] (clamped into the sequence). With
     `document_ids` (a packed batch) a slot is supervised only inside its anchor's document: a
-    block never learns the next document's tokens.
+    block never learns the next document's tokens. `labels` [B, S] (the target's argmax,
+    label-aligned: target_labels.py) replace the tokens at j >= 1; j = 0 stays the anchor's
+    own token, the block's input. A family that feeds a slot the token before it (DFlash2's
+    selector, DSpark's Markov head) then reads the chain of labels, as it reads the chain of
+    tokens without them: teacher forcing on what it is trained to propose.
     """
     length = input_ids.shape[1]
     offsets = torch.arange(block_size + 1, device=anchors.device)
@@ -85,6 +92,9 @@ def block_targets(
     positions = raw.clamp(max=length - 1)
     flat = positions.flatten(1)
     gold = torch.gather(input_ids, 1, flat).view_as(positions)
+    if labels is not None:
+        relabelled = torch.gather(labels.to(gold.dtype), 1, flat).view_as(positions)
+        gold = torch.cat([gold[:, :, :1], relabelled[:, :, 1:]], dim=-1)
     labelled = torch.gather(loss_mask, 1, flat).view_as(positions).bool()
     supervised = labelled & (raw < length) & keep[:, :, None]
     if document_ids is not None:

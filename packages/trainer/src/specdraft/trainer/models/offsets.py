@@ -6,6 +6,10 @@ Per kept block, over offsets k = 1..bs-1:
     numerator   = sum w_k * CE(logits_k, token at anchor + k)
     denominator = sum w_k
 
+With soft labels (weight w = training.soft_label_weight > 0) each slot's CE becomes
+(1 - w) CE + w KL, the KL against the target's top-K distribution at the label's position
+(target_labels.topk_kl), under the same weights.
+
 Logits, labels and top-k are in draft ids (draft_vocab.py; the target's ids without a draft
 vocabulary). A supervised position whose token is outside the draft vocabulary has no logit to
 train, so it leaves the loss, and it counts as a miss in accuracy and in the acceptance estimate,
@@ -17,10 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from .losses import LOSS_WEIGHT, MetricRatios, decay_weights, leading_run, upcast
+from .target_labels import SOFT_IDS, SOFT_LOGPROBS, topk_kl
 
 if TYPE_CHECKING:
     from .backbone import BlockTargets, DraftModel
@@ -41,6 +47,14 @@ class OffsetSlots(NamedTuple):
     supervised: Tensor  # bool: the label is supervised (proposable or not): the accuracy count
 
 
+class SoftSlots(NamedTuple):
+    """Soft labels of block slots 1..bs-1, each [B, N, bs-1, K] (see target_labels.topk_kl)."""
+
+    ids: Tensor  # the target's top-K tokens as draft ids (0 where outside the draft vocab)
+    logprobs: Tensor  # their log-probabilities under the target
+    in_vocab: Tensor  # bool: the draft can propose the token
+
+
 def offset_slots(
     targets: BlockTargets, block_size: int, gamma: float, hidden: Tensor, draft: DraftModel
 ) -> OffsetSlots:
@@ -57,6 +71,21 @@ def offset_slots(
     )
 
 
+def soft_slots(
+    batch: dict[str, Tensor], targets: BlockTargets, first: int, stop: int, draft: DraftModel
+) -> SoftSlots:
+    """The batch's soft labels at the label positions anchor + first .. anchor + stop - 1."""
+    positions = targets.positions[:, :, first:stop]
+    rows, blocks, width = positions.shape
+
+    def at_positions(values: Tensor) -> Tensor:
+        index = positions.reshape(rows, -1, 1).expand(-1, -1, values.shape[-1])
+        return torch.gather(values, 1, index).view(rows, blocks, width, -1)
+
+    ids, in_vocab = draft.to_draft_labels(at_positions(batch[SOFT_IDS]))
+    return SoftSlots(ids, at_positions(batch[SOFT_LOGPROBS]), in_vocab)
+
+
 class OffsetCE(NamedTuple):
     """One chunk's per-slot cross-entropy pieces, flattened to rows, and its five base sums."""
 
@@ -65,9 +94,12 @@ class OffsetCE(NamedTuple):
     labels: Tensor  # [rows] draft ids
     weights: Tensor  # [rows]
     trained: Tensor  # [rows] bool: supervised and proposable (weight > 0)
-    # (weighted CE with grad, the same detached, correct per position, count per position,
-    # accepted tokens): what `offset_metrics` turns into the metric sums.
+    # (the loss with grad, the weighted CE detached, correct per position, count per position,
+    # accepted tokens): what `offset_metrics` turns into the metric sums. Without soft labels
+    # the loss is the weighted CE.
     sums: tuple[Tensor, ...]
+    # The weighted KL of the soft labels, detached (None without them).
+    soft_kl: Tensor | None = None
 
 
 def offset_ce(
@@ -76,8 +108,14 @@ def offset_ce(
     weights_c: Tensor,
     supervised_c: Tensor,
     logits_of: Callable[[Tensor], Tensor],
+    soft: tuple[Tensor, Tensor, Tensor] | None = None,
+    soft_weight: float = 0.0,
 ) -> OffsetCE:
-    """The decayed CE of a chunk of blocks: hidden [B, chunk, bs, H], the rest [.., bs-1]."""
+    """The decayed CE of a chunk of blocks: hidden [B, chunk, bs, H], the rest [.., bs-1].
+
+    `soft` (a chunk of `SoftSlots`, each [B, chunk, bs-1, K]) mixes in the soft labels' KL
+    with weight `soft_weight`.
+    """
     grid = labels_c.shape  # [B, chunk, bs-1]
     # One contiguous [rows, H] matrix: on the strided slice the head would run a batched matmul
     # over per-block matrices instead of a single mm (forward and backward).
@@ -88,22 +126,30 @@ def offset_ce(
     # The loss before the metrics: a checkpointed chunk's recompute stops after the last op
     # whose tensors the backward needs, so the argmax below is not run a second time.
     weighted = (token_ce * weights).sum()
+    loss, soft_kl = weighted, None
+    if soft is not None:
+        ids, logprobs, in_vocab = (t.reshape(-1, t.shape[-1]) for t in soft)
+        weighted_kl = (topk_kl(logits, ids, logprobs, in_vocab) * weights).sum()
+        loss = (1.0 - soft_weight) * weighted + soft_weight * weighted_kl
+        soft_kl = weighted_kl.detach()
     trained = weights > 0
     correct = ((logits.argmax(-1) == labels) & trained).view(grid)
     sums = (
-        weighted,
+        loss,
         weighted.detach(),
         correct.sum((0, 1)).float(),
         supervised_c.sum((0, 1)).float(),
         leading_run(correct).sum().float(),
     )
-    return OffsetCE(predicted, logits, labels, weights, trained, sums)
+    return OffsetCE(predicted, logits, labels, weights, trained, sums, soft_kl)
 
 
-def offset_metrics(sums: tuple[Tensor, ...], targets: BlockTargets) -> dict[str, Tensor]:
-    """The metric sums of `OffsetCE.sums[1:]`, added up over the chunks."""
+def offset_metrics(
+    sums: tuple[Tensor, ...], targets: BlockTargets, soft_kl: Tensor | None = None
+) -> dict[str, Tensor]:
+    """The metric sums of `OffsetCE.sums[1:]` (and the soft labels' KL), over the chunks."""
     weighted_ce, correct_pos, count_pos, accepted = sums
-    return {
+    metrics = {
         "weighted_ce": weighted_ce,
         "correct": correct_pos.sum(),
         "count": count_pos.sum(),
@@ -112,3 +158,6 @@ def offset_metrics(sums: tuple[Tensor, ...], targets: BlockTargets) -> dict[str,
         "accepted": accepted,
         "blocks": targets.keep.sum().float(),
     }
+    if soft_kl is not None:
+        metrics["soft_weighted_kl"] = soft_kl
+    return metrics

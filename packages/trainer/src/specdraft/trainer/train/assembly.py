@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from datasets import Dataset
 
     from ..features.shards import FeatureShardDataset
-    from ..models.target import TargetFeatureExtractor
+    from ..models.target import TargetFeatureExtractor, TargetHead
+    from ..models.target_labels import TargetLabeler
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +68,12 @@ def load_run_data(config: Config, ctx: DistContext, *, progress: bool) -> RunDat
     if config.data.format == "features":
         from ..features.meta import expected_feature_meta
         from ..features.shards import FeatureShardDataset
+        from ..models.target_labels import LabelSettings
 
         dataset = FeatureShardDataset(
-            config.data.train_paths, expected=expected_feature_meta(config)
+            config.data.train_paths,
+            expected=expected_feature_meta(config),
+            labels=LabelSettings.from_config(config),
         )
         counts = dataset.anchor_counts() if grouped else None
         return RunData(dataset, list(dataset.lengths), str(dataset.meta.get("data")), None, counts)
@@ -152,6 +156,7 @@ def build_trainer(
             rank=ctx.rank,
             features=data.features,
             fingerprint=data.fingerprint,
+            labels=target_labeler(config, head),
         )
 
     # The draft vocabulary (model.draft_vocab_size) from the training data's supervised labels.
@@ -250,13 +255,24 @@ def train_settings(config: Config, *, progress: bool) -> TrainSettings:
     )
 
 
+def target_labeler(config: Config, head: TargetHead) -> TargetLabeler | None:
+    """What puts the target's predictions into the batches as labels; None when the run
+    trains on the tokens alone. The head computes them with the in-process target."""
+    from ..models.target_labels import LabelSettings, TargetLabeler
+
+    settings = LabelSettings.from_config(config)
+    return TargetLabeler(settings, head.lm_head.weight) if settings.active else None
+
+
 def batch_shape(config: Config, target_config: Any, options: BackendOptions) -> BatchShape:
     """Widths and dtype of this run's batches."""
     from ..models import family_of
     from ..models.config import target_text_config
+    from ..models.target_labels import LabelSettings
 
     hidden = int(target_text_config(target_config).hidden_size)
     family = family_of(config)
+    labels = LabelSettings.from_config(config)
     return BatchShape(
         micro_batch_size=config.training.micro_batch_size,
         feature_width=family.feature_width(hidden, len(config.model.target_layer_ids)),
@@ -264,4 +280,6 @@ def batch_shape(config: Config, target_config: Any, options: BackendOptions) -> 
         with_last_hidden=family.needs_last_hidden,
         feature_dtype=options.param_dtype,
         static=config.training.static_shapes,
+        target_labels=labels.argmax,
+        soft_topk=labels.soft_topk,
     )

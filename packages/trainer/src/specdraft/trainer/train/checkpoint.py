@@ -176,7 +176,15 @@ def check_fingerprint(
     def line(name: str) -> str:
         return lines([name])[0]
 
-    diffs = lines(FINGERPRINT_FIELDS)
+    # The config's side leaves a field at its default out as well (run_fingerprint), and an
+    # identity field with a default other than None ("data.labels": "tokens") reads as it.
+    diffs = field_mismatches(
+        saved,
+        with_defaults(current),
+        FINGERPRINT_FIELDS,
+        found_label="checkpoint has",
+        expected_label="config has",
+    )
     order = [f for f in DATA_ORDER_FIELDS if f in current and saved.get(f) != current.get(f)]
     refused = [f for f in order if f not in allow_changed]
     if diffs:

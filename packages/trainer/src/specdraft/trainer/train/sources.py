@@ -33,12 +33,17 @@ from specdraft.collate import (
 )
 from specdraft.config import PadTo, ShapePolicy
 
+from ..models.target_labels import SOFT_IDS, SOFT_LOGPROBS, TARGET_LABELS, TargetLabeler
+
 # (input_ids [B,S], attention_mask [B,S]) -> (hidden_states [B,S,L*H], last_hidden [B,S,H])
 FeatureFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 # The packed collator's per-token keys (int64 [B, S]) and the value of a padding position:
 # padding belongs to no document (-1), has position 0 and sample id 0.
 PACKING_KEYS = {DOCUMENT_IDS: -1, POSITION_IDS: 0, DOCUMENT_SAMPLE_IDS: 0}
+# Keys whose floats keep their dtype on the device: the target's log-probabilities are read
+# in fp32 however the features are cast.
+KEEP_DTYPE_KEYS = (SOFT_LOGPROBS,)
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +58,10 @@ class BatchShape:
     with_last_hidden: bool  # DSpark needs target_last_hidden_states
     feature_dtype: torch.dtype
     static: bool  # pad the batch dimension too (static shapes)
+    # Labels from the target's predictions the batches carry (models/target_labels.py):
+    # `target_labels` (data.labels = "target_argmax") and K soft labels (0: none).
+    target_labels: bool = False
+    soft_topk: int = 0
 
 
 def dummy_batch(
@@ -86,6 +95,11 @@ def dummy_batch(
         batch["target_last_hidden_states"] = torch.zeros(
             rows, length, shape.hidden_size, dtype=shape.feature_dtype
         )
+    if shape.target_labels:
+        batch[TARGET_LABELS] = torch.zeros(rows, length, dtype=torch.long)
+    if shape.soft_topk:
+        batch[SOFT_IDS] = torch.zeros(rows, length, shape.soft_topk, dtype=torch.long)
+        batch[SOFT_LOGPROBS] = torch.zeros(rows, length, shape.soft_topk, dtype=torch.float32)
     return batch
 
 
@@ -177,7 +191,7 @@ class BatchBuilder:
         for key, value in batch.items():
             if isinstance(value, torch.Tensor):
                 value = value.to(self.device, non_blocking=True)
-                if value.is_floating_point():
+                if value.is_floating_point() and key not in KEEP_DTYPE_KEYS:
                     value = value.to(self.shape.feature_dtype)
             out[key] = value
         return out
@@ -196,6 +210,7 @@ class LocalBatchSource:
         rank: int,
         features: FeatureFn | None = None,
         fingerprint: str = "",
+        labels: TargetLabeler | None = None,
     ) -> None:
         self.dataset = dataset
         self.sampler = sampler
@@ -203,6 +218,9 @@ class LocalBatchSource:
         self.accum = grad_accum_steps
         self.rank = rank
         self.features = features
+        # Labels from the target's predictions (data.labels, soft labels), or None: stored in
+        # the samples (offline features) or computed with the in-process target's head.
+        self.labels = labels
         # The data fingerprint (build_dataset's), recorded in checkpoints.
         self.fingerprint = fingerprint
 
@@ -268,27 +286,50 @@ class LocalBatchSource:
         if not indices:
             return self.builder.empty()
         samples = [self.dataset[int(i)] for i in indices]
+        labels = self.labels
+        in_process = self.features is not None and "hidden_states" not in samples[0]
+        if labels is not None and not in_process:
+            # Stored predictions (offline features), aligned per sample before any packing.
+            samples = [labels.from_predictions(sample) for sample in samples]
+        with_last = self.builder.shape.with_last_hidden
         if self.builder.packing:
-            if self.features is not None and "hidden_states" not in samples[0]:
+            if in_process:
+                assert self.features is not None
                 # Per document, before packing: no document's features ever see another's.
                 samples = document_features(
                     samples,
                     self.features,
                     budget=self.builder.shape.micro_batch_size * self.builder.shapes.lengths[-1],
                     device=self.builder.device,
-                    with_last_hidden=self.builder.shape.with_last_hidden,
+                    with_last_hidden=with_last or labels is not None,
                 )
+                if labels is not None:
+                    samples = [_labelled(labels, sample, with_last) for sample in samples]
             return self.builder.to_device(self.builder.collate_rows(samples))
         batch = self.builder.collate_rows(samples)
-        if self.features is not None and "hidden_states" not in batch:
+        if in_process:
+            assert self.features is not None
             ids = batch["input_ids"].to(self.builder.device)
             # All ones: with causal attention and right padding the real tokens' features are
             # the same either way, and a fully masked dummy row would give NaN features.
             hidden, last = self.features(ids, torch.ones_like(ids))
             batch["hidden_states"] = hidden
-            if self.builder.shape.with_last_hidden:
+            if with_last:
                 batch["target_last_hidden_states"] = last
+            if labels is not None:
+                # Rows are whole samples here (unpacked), so the shift stays inside each.
+                batch = labels.from_last_hidden({**batch, "input_ids": ids}, last)
         return self.builder.to_device(batch)
+
+
+def _labelled(labels: TargetLabeler, sample: dict[str, Any], keep_last: bool) -> dict[str, Any]:
+    """A document with labels from its own last hidden state (dropped unless the family reads
+    it)."""
+    last = sample["target_last_hidden_states"]
+    out = labels.from_last_hidden(sample, last)
+    if not keep_last:
+        del out["target_last_hidden_states"]
+    return out
 
 
 def feature_chunks(lengths: Sequence[int], budget: int) -> list[list[int]]:

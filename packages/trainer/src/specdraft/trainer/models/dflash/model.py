@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from ..backbone import BlockTargets, DraftModel
 from ..layers import plain_layer
 from ..losses import DraftLoss, chunked_sums
-from ..offsets import offset_ce, offset_metrics, offset_slots
+from ..offsets import offset_ce, offset_metrics, offset_slots, soft_slots
 from ..spec import DraftTrainSpec
 from ..target import TargetHead
 from .hf_config import DFlashConfig
@@ -42,21 +42,28 @@ class DFlashDraftModel(DraftModel):
         head: TargetHead,
         spec: DraftTrainSpec,
     ) -> DraftLoss:
-        """The decayed CE as sums over offsets 1..bs-1 of the kept blocks."""
+        """The decayed CE (mixed with the soft labels' KL when on) as sums over offsets
+        1..bs-1 of the kept blocks."""
         slots = offset_slots(targets, self.block_size, spec.loss_decay_gamma, hidden, self)
+        weight = spec.soft_label_weight
+        soft = soft_slots(batch, targets, 1, self.block_size, self) if weight > 0 else ()
 
         def logits_of(rows: Tensor) -> Tensor:
             return self.vocab_logits(rows, head)
 
-        def chunk_sums(hidden_c: Tensor, labels_c: Tensor, weights_c: Tensor, supervised_c):
-            return offset_ce(hidden_c, labels_c, weights_c, supervised_c, logits_of).sums
+        def chunk_sums(hidden_c, labels_c, weights_c, supervised_c, *soft_c):
+            ce = offset_ce(
+                hidden_c, labels_c, weights_c, supervised_c, logits_of, soft_c or None, weight
+            )
+            return ce.sums if ce.soft_kl is None else (*ce.sums, ce.soft_kl)
 
         sums = chunked_sums(
             chunk_sums,
-            (hidden, slots.labels, slots.weights, slots.supervised),
+            (hidden, slots.labels, slots.weights, slots.supervised, *soft),
             spec.logits_chunk_blocks,
         )
-        return DraftLoss(sums[0], slots.weights.sum().detach(), offset_metrics(sums[1:], targets))
+        metrics = offset_metrics(sums[1:5], targets, sums[5] if soft else None)
+        return DraftLoss(sums[0], slots.weights.sum().detach(), metrics)
 
     def greedy_tokens(self, hidden: Tensor, anchor_tokens: Tensor, head: TargetHead) -> Tensor:
         """The argmax of each slot 1..bs-1, one slot at a time (one slot's logits at a time)."""

@@ -25,7 +25,7 @@ from transformers import initialization as init
 from ..backbone import BlockTargets, DraftModel
 from ..layers import DFlashDecoderLayer, RotaryTables
 from ..losses import LOSS_WEIGHT, DraftLoss, MetricRatios, chunked_sums
-from ..offsets import OFFSET_METRIC_RATIOS, offset_ce, offset_metrics, offset_slots
+from ..offsets import OFFSET_METRIC_RATIOS, offset_ce, offset_metrics, offset_slots, soft_slots
 from ..spec import DraftTrainSpec
 from ..target import TargetHead
 from .conv import BlockDepthwiseConv
@@ -121,14 +121,20 @@ class DFlash2DraftModel(DraftModel):
         slots = offset_slots(targets, self.block_size, spec.loss_decay_gamma, hidden, self)
         config = self.config
         selector = self.candidate_selector if config.selector_loss_weight != 0 else None
+        weight = spec.soft_label_weight
+        soft = soft_slots(batch, targets, 1, self.block_size, self) if weight > 0 else ()
 
         def logits_of(rows: Tensor) -> Tensor:
             return self.vocab_logits(rows, head)
 
-        def chunk_sums(hidden_c, labels_c, previous_c, weights_c, supervised_c):
-            ce = offset_ce(hidden_c, labels_c, weights_c, supervised_c, logits_of)
+        def chunk_sums(hidden_c, labels_c, previous_c, weights_c, supervised_c, *soft_c):
+            ce = offset_ce(
+                hidden_c, labels_c, weights_c, supervised_c, logits_of, soft_c or None, weight
+            )
+            # The soft labels' KL rides last, after the selector's sums.
+            tail = () if ce.soft_kl is None else (ce.soft_kl,)
             if selector is None:
-                return ce.sums
+                return (*ce.sums, *tail)
             cands = candidate_set(
                 ce.logits, ce.labels, config.selector_top_k, config.selector_gold_policy
             )
@@ -151,16 +157,17 @@ class DFlash2DraftModel(DraftModel):
                 (cands.hit & ce.trained).sum().float(),
                 used.sum().float(),
                 selector_correct.sum().float(),
+                *tail,
             )
 
         sums = chunked_sums(
             chunk_sums,
-            (hidden, slots.labels, slots.previous, slots.weights, slots.supervised),
+            (hidden, slots.labels, slots.previous, slots.weights, slots.supervised, *soft),
             spec.logits_chunk_blocks,
         )
-        metrics = offset_metrics(sums[1:5], targets)
+        metrics = offset_metrics(sums[1:5], targets, sums[-1] if soft else None)
         if selector is not None:
-            selector_sum, recall_hits, selector_count, selector_correct = sums[5:]
+            selector_sum, recall_hits, selector_count, selector_correct = sums[5:9]
             metrics.update(
                 selector_weighted_ce=selector_sum,
                 selector_recall_hits=recall_hits,

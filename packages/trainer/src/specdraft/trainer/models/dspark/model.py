@@ -11,6 +11,9 @@ supervised); supervision stops at the block's first unsupervised label. Per supe
 
 with t = `target_last_hidden_states` (the target's normed final state; its position anchor + k
 holds the target's distribution of the token at anchor + k + 1) and every probability in fp32.
+With soft labels (weight w = training.soft_label_weight > 0) the CE term becomes
+(1 - w) CE + w KL, the KL against the target's top-K distribution of the label
+(target_labels.topk_kl), still scaled by ce_w.
 
 With a draft vocabulary (draft_vocab.py) the logits and the Markov bias are over the D draft
 ids (markov_w2 has D rows; markov_w1 still embeds the previous token by its target id, as vLLM
@@ -28,8 +31,10 @@ from torch import Tensor, nn
 from ..backbone import BlockTargets, DraftModel
 from ..layers import plain_layer
 from ..losses import DraftLoss, MetricRatios, chunked_sums, decay_weights, leading_run, upcast
+from ..offsets import soft_slots
 from ..spec import DraftTrainSpec
 from ..target import TargetHead
+from ..target_labels import topk_kl
 from .hf_config import DSparkConfig
 from .markov import ConfidenceHead, build_markov_head
 
@@ -109,8 +114,11 @@ class Qwen3DSparkModel(DraftModel):
         markov, confidence = self.markov_head, self.confidence_head
         use_target = config.l1_weight != 0 or confidence is not None
         vocab = self.vocab_map(hidden.device)
+        soft_weight = spec.soft_label_weight
+        # Slot k's label is the token at anchor + k + 1: its soft label sits there too.
+        soft = soft_slots(batch, targets, 1, block + 1, self) if soft_weight > 0 else ()
 
-        def chunk_sums(hidden_c, labels_c, previous_c, positions_c, weights_c):
+        def chunk_sums(hidden_c, labels_c, previous_c, positions_c, weights_c, *soft_c):
             batch_size, chunk, slots, width = hidden_c.shape
             # One contiguous [rows, H] matrix: a chunk of blocks is a strided slice when B > 1,
             # and the head would run a batched matmul over it instead of a single mm.
@@ -151,7 +159,14 @@ class Qwen3DSparkModel(DraftModel):
                 supervised_correct = supervised & in_vocab
             else:
                 supervised_correct = supervised
-            per_token = config.ce_weight * token_ce
+            soft_kl = None
+            if soft_c:
+                ids_c, logprobs_c, in_vocab_c = (t.reshape(-1, t.shape[-1]) for t in soft_c)
+                soft_kl = topk_kl(logits, ids_c, logprobs_c, in_vocab_c)
+                mixed = (1.0 - soft_weight) * token_ce + soft_weight * soft_kl
+                per_token = config.ce_weight * mixed
+            else:
+                per_token = config.ce_weight * token_ce
             if l1 is not None:
                 per_token = per_token + config.l1_weight * l1
             bce = None
@@ -176,11 +191,14 @@ class Qwen3DSparkModel(DraftModel):
                 supervised.view(labels_c.shape).sum((0, 1)).float(),
                 leading_run(correct).sum().float(),
             )
-            return (*sums, masked(l1), masked(accept)) if use_target else sums
+            if use_target:
+                sums = (*sums, masked(l1), masked(accept))
+            # The soft labels' KL rides last, weighted like the loss (losses.LOSS_WEIGHT).
+            return sums if soft_kl is None else (*sums, (soft_kl.detach() * weights_f).sum())
 
         sums = chunked_sums(
             chunk_sums,
-            (hidden, labels, previous, target_positions, weights),
+            (hidden, labels, previous, target_positions, weights, *soft),
             spec.logits_chunk_blocks,
         )
         numerator, ce_sum, bce_sum, correct_pos, count_pos, accepted = sums[:6]
@@ -196,6 +214,8 @@ class Qwen3DSparkModel(DraftModel):
         }
         if use_target:
             metrics.update(l1_sum=sums[6], accept_sum=sums[7])
+        if soft:
+            metrics["soft_weighted_kl"] = sums[-1]
         return DraftLoss(numerator, weights.sum().detach(), metrics)
 
     def greedy_tokens(self, hidden: Tensor, anchor_tokens: Tensor, head: TargetHead) -> Tensor:
