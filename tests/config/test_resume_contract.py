@@ -63,6 +63,10 @@ def test_the_fingerprint_is_the_one_older_checkpoints_hold() -> None:
     pruned = run_fingerprint(load_config(EXAMPLE, ["model.draft_vocab_size=256"]), data="d")
     assert pruned == {**OLDER_FINGERPRINT, "draft_vocab_size": 256}
     assert with_defaults(OLDER_FINGERPRINT)["draft_vocab_size"] is None
+    # The weights a run started from: their sha256, which the run supplies, only when set.
+    started = run_fingerprint(load_config(EXAMPLE), data="d", init_weights="sha256:ab")
+    assert started == {**OLDER_FINGERPRINT, "model.init_from": "sha256:ab"}
+    assert with_defaults(OLDER_FINGERPRINT)["model.init_from"] is None
 
 
 def test_identity_and_data_order_fields_are_the_rows() -> None:
@@ -75,6 +79,7 @@ def test_identity_and_data_order_fields_are_the_rows() -> None:
         "mask_token_id",
         "max_length",
         "draft_vocab_size",
+        "model.init_from",
         "data.labels",
         "training.soft_label_topk",
     )

@@ -142,6 +142,18 @@ CORE_CODES: tuple[Code, ...] = (
     Code("SD327", "draft-vocab-engine", "note",
          "An engine in serve.engines reads no draft vocabulary for the selected algorithm "
          "(another one there does)."),
+    # A draft folder to start from (model.init_from).
+    Code("SD330", "init-from-not-here", "note",
+         "model.init_from is not a folder on this machine, so it was not checked (specdraft "
+         "train refuses a missing folder)."),
+    Code("SD331", "init-from-unreadable", "error",
+         "model.init_from is not a draft folder specdraft reads (no config.json or safetensors, "
+         "an unknown architecture or format)."),
+    Code("SD332", "init-from-differs", "error",
+         "A model field (or the target) disagrees with the draft folder of model.init_from."),
+    Code("SD333", "init-from-untrainable", "error",
+         "The draft folder of model.init_from uses attention specdraft cannot train "
+         "(sliding-window layers, attention sinks, causal blocks, attention biases)."),
     # Labels from the target's own predictions (data.labels, training.soft_label_*).
     Code("SD340", "soft-labels-without-topk", "error",
          "training.soft_label_weight is set but training.soft_label_topk is 0.",

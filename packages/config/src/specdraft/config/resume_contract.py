@@ -94,6 +94,14 @@ RESUME_CONTRACT: tuple[ResumeField, ...] = (
         lambda c: c.model.draft_vocab_size,
         default=None,
     ),
+    # The weights the run started from (model.init_from): the sha256 of the folder's
+    # safetensors, which the run computes; the same path with other weights is another run.
+    ResumeField(
+        "model.init_from",
+        "the weights the draft started from (sha256 of model.init_from's safetensors)",
+        None,
+        default=None,
+    ),
     # What the draft is trained to predict: a resume on other labels would mix two objectives
     # in one curve. Soft labels count by their top-K only when on (the weight may change, as
     # the learning rate may).
@@ -210,14 +218,18 @@ SAMPLER_DEFAULTS: dict[str, Any] = {
 MODE_KEYS: dict[str, str] = {key: f.name for key, f in SAMPLER_KEYS.items() if f.selects_mode}
 
 
-def run_fingerprint(config: Config, *, data: str) -> dict[str, Any]:
+def run_fingerprint(
+    config: Config, *, data: str, init_weights: str | None = None
+) -> dict[str, Any]:
     """What a checkpoint must agree on with the config that resumes it (`data`: the data's
-    fingerprint); fields at their default are left out, as older checkpoints have them."""
+    fingerprint, `init_weights`: the sha256 of model.init_from's weights); fields at their
+    default are left out, as older checkpoints have them."""
+    supplied = {"data": data, "model.init_from": init_weights}
     fingerprint: dict[str, Any] = {}
     for row in RESUME_CONTRACT:
         if not row.fingerprinted:
             continue
-        value = data if row.read is None else row.read(config)
+        value = supplied[row.name] if row.read is None else row.read(config)
         if row.has_default and value == row.default:
             continue
         fingerprint[row.name] = value

@@ -15,6 +15,7 @@ from typing import Any
 from .draft_vocab_rules import draft_vocab_problems, draft_vocab_target_problems
 from .families import family_rules, options_tables_ignored
 from .finding import Problem
+from .init_from_rules import init_from_problems
 from .label_rules import label_problems, label_target_problems
 from .sampler_mode import sampler_mode
 from .schema import Config
@@ -44,7 +45,7 @@ def check_config(
         problems.append(unreadable)
     if info is not None:
         problems += target_problems(config, info)
-    return problems
+    return problems + init_from_problems(config, info)
 
 
 def shape_problems(config: Config) -> list[Problem]:

@@ -120,6 +120,21 @@ class _ModelFields(_Section):
         "llama.cpp (all three, `specdraft export --format gguf`); see serve.engines.",
     )
 
+    init_from: str | None = Field(
+        None,
+        description="Start training from the weights of a DFlash-family draft folder instead "
+        "of fresh ones: a folder written by `specdraft export --format sglang|vllm|speculators`"
+        " (a checkpoint folder also works) or a published draft in the same layout (the z-lab "
+        "DFlash drafts follow the sglang one). Its config.json must agree with this table "
+        "(algorithm, block_size, num_draft_layers, target_layer_ids, mask_token_id, "
+        "draft_vocab_size, the family's options) and with the target (vocabulary, hidden size, "
+        "attention shape); `specdraft lint` names each field that differs (SD332) and refuses "
+        "what specdraft cannot train, such as sliding-window layers or attention sinks (SD333). "
+        "The target's embedding and LM head stay the target's; a draft vocabulary keeps the "
+        "folder's tokens. The sha256 of its safetensors is part of the run: a resume with "
+        "other weights there is refused.",
+    )
+
     @field_validator("target_layer_ids")
     @classmethod
     def _unique_layer_ids(cls, value: list[int]) -> list[int]:

@@ -37,6 +37,12 @@ class TargetInfo:
     bos_ids: frozenset[int] = frozenset()
     # The tokenizer's added (special) tokens as (id, text), in id order.
     special_tokens: tuple[tuple[int, str], ...] = ()
+    # The decoder's shape the draft copies (model.init_from compares a draft folder with it).
+    intermediate_size: int | None = None
+    num_attention_heads: int | None = None
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    rope_theta: float | None = None
 
     def token_text(self, token_id: int) -> str | None:
         """The text of a special token id, if the tokenizer names it."""
@@ -68,15 +74,21 @@ def read_target_info(folder: str | Path) -> TargetInfo:
         named = by_content.get(content) if content is not None else None
         return frozenset(_ids(pick(key)) | _ids(generation.get(key)) | _ids(named))
 
+    heads, hidden = _int(pick("num_attention_heads")), _int(pick("hidden_size", "n_embd"))
     return TargetInfo(
         folder=str(root),
         num_layers=_int(pick("num_hidden_layers", "num_layers", "n_layer")),
         vocab_size=_int(pick("vocab_size")),
-        hidden_size=_int(pick("hidden_size", "n_embd")),
+        hidden_size=hidden,
         pad_ids=ids_of("pad"),
         eos_ids=ids_of("eos"),
         bos_ids=ids_of("bos"),
         special_tokens=special,
+        intermediate_size=_int(pick("intermediate_size")),
+        num_attention_heads=heads,
+        num_key_value_heads=_int(pick("num_key_value_heads")) or heads,
+        head_dim=_int(pick("head_dim")) or (hidden // heads if hidden and heads else None),
+        rope_theta=_theta(pick("rope_parameters"), pick("rope_theta")),
     )
 
 
@@ -121,6 +133,13 @@ def _read_json(path: Path, *, required: bool) -> dict[str, Any]:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _theta(parameters: Any, theta: Any) -> float | None:
+    """RoPE theta from transformers 5's `rope_parameters` or the older `rope_theta`."""
+    if isinstance(parameters, dict) and isinstance(parameters.get("rope_theta"), (int, float)):
+        return float(parameters["rope_theta"])
+    return float(theta) if isinstance(theta, (int, float)) else None
 
 
 def _ids(value: Any) -> set[int]:

@@ -68,6 +68,12 @@ class FamilyRules:
     # this family's drafts; the linter warns when none of the config's engines is one (SD324)
     # and the exports for the others refuse it.
     draft_vocab_engines: tuple[str, ...] = ()
+    # How exported draft folders name the family, so that `model.init_from` reads one back: the
+    # `architectures` entry of its sglang / vllm config.json and speculators' model type.
+    architecture: str = ""
+    speculators_type: str | None = None
+    # The family's options as the exports write them: (HF config key, option field).
+    folder_keys: tuple[tuple[str, str], ...] = ()
 
     @property
     def draft_vocab_served(self) -> bool:

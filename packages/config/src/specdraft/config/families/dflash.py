@@ -12,4 +12,6 @@ RULES = FamilyRules(
     # vLLM's qwen3_dflash maps draft ids through d2t (speculators' DFlash takes t2d/d2t);
     # llama.cpp's dflash.cpp scatters the draft head's logits through d2t (export --format gguf).
     draft_vocab_engines=("vllm", "llama.cpp"),
+    architecture="DFlashDraftModel",
+    speculators_type="dflash",
 )

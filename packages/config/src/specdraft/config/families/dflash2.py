@@ -152,4 +152,11 @@ RULES = FamilyRules(
     # Only llama.cpp: its selector takes the top-k of the logits scattered through d2t (target
     # ids); vLLM's takes draft ids as target ids, speculators' needs the full vocabulary.
     draft_vocab_engines=("llama.cpp",),
+    architecture="DFlash2DraftModel",
+    speculators_type="dflash2",
+    folder_keys=(
+        ("conv_group_size", "conv_group_size"),
+        ("selector_rank", "selector_rank"),
+        ("selector_top_k", "selector_top_k"),
+    ),
 )

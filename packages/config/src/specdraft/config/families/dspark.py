@@ -99,4 +99,12 @@ RULES = FamilyRules(
     # vLLM's qwen3_dspark maps draft ids through d2t (speculators' DSpark takes t2d/d2t);
     # llama.cpp's converter reads DSpark's d2t and its runtime scatters logits and Markov bias.
     draft_vocab_engines=("vllm", "llama.cpp"),
+    architecture="Qwen3DSparkModel",
+    speculators_type="dspark",
+    folder_keys=(
+        ("markov_rank", "markov_rank"),
+        ("markov_head_type", "markov_type"),
+        ("enable_confidence_head", "confidence_head"),
+        ("confidence_head_with_markov", "confidence_uses_markov"),
+    ),
 )

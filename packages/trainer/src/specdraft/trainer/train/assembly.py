@@ -2,7 +2,8 @@
 
 The order matters and is explicit: seed; target head; the one shape policy (pad lengths x anchor
 widths, built once and handed to the sampler, the batch builder, the backend and evaluation);
-data; sampler; the draft vocabulary (from the data); draft (fp32 master weights); backend
+data; sampler; model.init_from's weights (read and checked); the draft vocabulary (from the
+data, or the folder's); draft (fp32 master weights, then the folder's); backend
 options; prepare (compile blocks in place, then shard); optimizer and schedule; evaluation;
 resume.
 """
@@ -57,9 +58,12 @@ class RunData:
     anchor_counts: list[int] | None = None
 
 
-def run_fingerprint(config: Config, data_fingerprint: str) -> dict[str, Any]:
-    """What a checkpoint must agree on with the config that resumes it (the resume contract)."""
-    return contract_fingerprint(config, data=data_fingerprint)
+def run_fingerprint(
+    config: Config, data_fingerprint: str, init_weights: str | None = None
+) -> dict[str, Any]:
+    """What a checkpoint must agree on with the config that resumes it (the resume contract);
+    `init_weights`: the sha256 of model.init_from's weights."""
+    return contract_fingerprint(config, data=data_fingerprint, init_weights=init_weights)
 
 
 def load_run_data(config: Config, ctx: DistContext, *, progress: bool) -> RunData:
@@ -121,6 +125,7 @@ def build_trainer(
         load_target_head,
         target_dtype,
     )
+    from ..models.init_from import load_init_weights, read_init_weights
 
     training = config.training
     torch.manual_seed(training.seed)
@@ -159,9 +164,16 @@ def build_trainer(
             labels=target_labeler(config, head),
         )
 
-    # The draft vocabulary (model.draft_vocab_size) from the training data's supervised labels.
+    # model.init_from: read and checked before the draft exists (its vocabulary comes first).
+    init = read_init_weights(config.model) if config.model.init_from is not None else None
+    # The draft vocabulary (model.draft_vocab_size) from the training data's supervised labels,
+    # or the one model.init_from's head rows belong to.
     vocab = draft_vocab_for_run(
-        config, None if data is None else data.dataset, head.vocab_size, progress=progress
+        config,
+        None if data is None else data.dataset,
+        head.vocab_size,
+        progress=progress,
+        given=None if init is None else init.draft_vocab_ids,
     )
     # fp32 master weights; the backend computes in options.param_dtype.
     torch.manual_seed(training.seed)
@@ -173,6 +185,8 @@ def build_trainer(
         draft_vocab=None if vocab is None else vocab.ids,
     )
     draft.init_draft_head(head)
+    if init is not None:
+        load_init_weights(draft, init)
     draft_config = draft.config
     backend = prepare(draft, options)
     optimizer = torch.optim.AdamW(
@@ -194,7 +208,9 @@ def build_trainer(
     output = RunOutput(
         output_dir=output_dir,
         writer=metrics_writer(config, output_dir, ctx),
-        fingerprint=run_fingerprint(config, source.fingerprint),
+        fingerprint=run_fingerprint(
+            config, source.fingerprint, None if init is None else init.sha256
+        ),
         draft_config=draft_config,
         # Export casts the fp32 master weights to the dtype the config asks for.
         extra_state={"model_dtype": config.model.dtype, "run_id": config.run_id},

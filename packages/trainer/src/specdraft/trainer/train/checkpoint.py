@@ -44,7 +44,12 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from transformers import PretrainedConfig
 
-from specdraft.config.resume_contract import DATA_ORDER_FIELDS, IDENTITY_FIELDS, with_defaults
+from specdraft.config.resume_contract import (
+    DATA_ORDER_FIELDS,
+    FIELDS_BY_NAME,
+    IDENTITY_FIELDS,
+    with_defaults,
+)
 
 from ..integrity import (
     CorruptFile,
@@ -73,6 +78,8 @@ TMP_PREFIX = ".tmp-"
 # change makes a checkpoint meaningless (refused, named), and the data-order fields a user may
 # allow to change by name (`--allow-changed`; the data position is then carried over).
 FINGERPRINT_FIELDS = IDENTITY_FIELDS
+# Fields whose values alone do not say what they are (a sha256): a refusal adds the meaning.
+_EXPLAINED = {name: FIELDS_BY_NAME[name].meaning for name in ("model.init_from",)}
 
 RNG_FORMAT = "specdraft-rng-1"
 
@@ -184,6 +191,7 @@ def check_fingerprint(
         FINGERPRINT_FIELDS,
         found_label="checkpoint has",
         expected_label="config has",
+        notes=_EXPLAINED,
     )
     order = [f for f in DATA_ORDER_FIELDS if f in current and saved.get(f) != current.get(f)]
     refused = [f for f in order if f not in allow_changed]

@@ -277,8 +277,9 @@ def build_evaluator(
 def evaluate_checkpoint(
     config: Config, checkpoint: str, records: list[EvalRecord] | None = None
 ) -> dict[str, Any]:
-    """tau of a checkpoint's draft (or of a fresh draft for 'init') in this one process, on
-    `records` (default: the held-out records of the config, made here)."""
+    """tau of a checkpoint's draft (or, for 'init', of the draft a run starts from: fresh, or
+    model.init_from's) in this one process, on `records` (default: the config's held-out
+    records, made here)."""
     from ..export import load_checkpoint_draft
     from ..models import DraftTrainSpec, build_draft, load_target_config, load_target_head
     from ..runtime.distributed import pick_device
@@ -287,9 +288,13 @@ def evaluate_checkpoint(
     ctx = DistContext(0, 1, 0, device)
     head = load_target_head(config.model.target, dtype=torch.float32).to(device)
     if checkpoint == "init":
+        from ..models.init_from import load_init_weights, read_init_weights
         from ..vocab import draft_vocab_for_run
 
-        vocab = draft_vocab_for_run(config, None, head.vocab_size)
+        # The draft a run starts from: model.init_from's weights when set.
+        init = read_init_weights(config.model) if config.model.init_from is not None else None
+        given = None if init is None else init.draft_vocab_ids
+        vocab = draft_vocab_for_run(config, None, head.vocab_size, given=given)
         torch.manual_seed(config.training.seed)
         model = build_draft(
             config.model,
@@ -298,6 +303,8 @@ def evaluate_checkpoint(
             draft_vocab=None if vocab is None else vocab.ids,
         )
         model.init_draft_head(head)
+        if init is not None:
+            load_init_weights(model, init)
     else:
         model = load_checkpoint_draft(checkpoint, action="evaluate")
     model = model.to(device).eval()

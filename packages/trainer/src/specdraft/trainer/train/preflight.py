@@ -36,6 +36,8 @@ def _fp8_errors(config: Config) -> list[str]:
 def target_check_errors(config: Config) -> list[str]:
     """Config checks that need the target (layer ids in range, mask token id, widths)."""
     from specdraft.config.codes import get as code_info
+    from specdraft.config.draft_folder import init_from_missing
+    from specdraft.config.init_from_rules import init_from_problems
     from specdraft.config.rules import target_problems
     from specdraft.config.target_info import TargetUnreadable, read_target_info
 
@@ -47,10 +49,12 @@ def target_check_errors(config: Config) -> list[str]:
             "point it at a local HF model folder"
         ]
     errors = []
-    for problem in target_problems(config, info):
+    for problem in target_problems(config, info) + init_from_problems(config, info):
         if code_info(problem.code).severity == "error":
             key = ".".join(str(p) for p in problem.key)
             errors.append(f"{problem.code} {key}: {problem.message}")
+    if config.model.init_from is not None and not Path(config.model.init_from).is_dir():
+        errors.append(f"model.init_from: {init_from_missing(config.model.init_from)}")
     return errors
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .choice import DraftVocab, choose_draft_vocab
+from .choice import DraftVocab, choose_draft_vocab, coverage
 from .frequencies import arrow_token_counts, corpus_token_counts, shard_token_counts
 
 log = logging.getLogger(__name__)
@@ -35,14 +36,24 @@ def run_token_counts(config: Any, dataset: Any, vocab_size: int, *, progress: bo
 
 
 def draft_vocab_for_run(
-    config: Any, dataset: Any, vocab_size: int, *, progress: bool = False
+    config: Any,
+    dataset: Any,
+    vocab_size: int,
+    *,
+    progress: bool = False,
+    given: Sequence[int] | None = None,
 ) -> DraftVocab | None:
-    """The run's draft vocabulary (None without model.draft_vocab_size)."""
+    """The run's draft vocabulary (None without model.draft_vocab_size): `given` target ids
+    (model.init_from's, whose head rows belong to them), else chosen from the data."""
     size = config.model.draft_vocab_size
     if size is None:
         return None
     counts = run_token_counts(config, dataset, vocab_size, progress=progress)
-    vocab = choose_draft_vocab(counts, size)
+    if given is not None:
+        ids = tuple(int(token) for token in given)
+        vocab = DraftVocab(ids, vocab_size, coverage(counts, ids))
+    else:
+        vocab = choose_draft_vocab(counts, size)
     log.info(
         "draft vocabulary: %d of %d target tokens, covering %.2f%% of the %d supervised labels "
         "of the training data",

@@ -1,0 +1,235 @@
+"""A published or exported DFlash-family draft folder, read without torch (`model.init_from`).
+
+`specdraft export` writes three folder layouts, and published drafts follow the first:
+
+- sglang (also specdraft's checkpoints and the z-lab drafts): the draft's own HF config, Qwen3
+  keys at the top level, `dflash_config` holding block_size, target_layer_ids, mask_token_id;
+- vllm: the same config plus a top-level `sample_from_anchor` and `is_causal`, without the
+  training-only keys; a draft vocabulary travels as a `d2t` tensor;
+- speculators: `speculators_model_type`, the decoder shape under `transformer_layer_config`,
+  target layers as `aux_hidden_state_layer_ids` (specdraft's k + 1, export/layer_ids.py).
+
+`read_draft_folder` turns any of them into the fields specdraft trains with (`DraftFolder`), and
+lists what specdraft cannot train (sliding-window layers, attention sinks, causal blocks,
+attention biases) by the folder's own key, so that nothing is dropped in silence.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .families import FAMILY_RULES
+
+FORMATS = ("sglang", "vllm", "speculators")
+WEIGHTS_SUFFIX = ".safetensors"
+# The draft architecture fields, in specdraft's names (the sglang layout's keys).
+SHAPE_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+)
+
+
+class DraftFolderError(ValueError):
+    """The folder is not a draft folder specdraft can read (missing, unknown format)."""
+
+
+@dataclass(frozen=True)
+class DraftFolder:
+    """What a draft folder declares, in specdraft's terms (None: the folder does not say)."""
+
+    path: str
+    format: str
+    algorithm: str
+    block_size: int | None
+    num_layers: int | None
+    # specdraft's convention: k is the output of target decoder layer k.
+    target_layer_ids: list[int] | None
+    mask_token_id: int | None
+    # None: the draft proposes from the target's whole vocabulary.
+    draft_vocab_size: int | None
+    shape: dict[str, int | None]
+    rope_theta: float | None
+    # The family's options under their `[model.<family>]` field names.
+    options: dict[str, Any]
+    # (folder key, its value) of each setting specdraft cannot train.
+    untrainable: tuple[tuple[str, Any], ...] = ()
+    weight_files: tuple[str, ...] = ()
+
+    @property
+    def described(self) -> str:
+        """How messages name the folder: 'the dflash2 draft in PATH (vllm format)'."""
+        return f"the {self.algorithm} draft in {self.path} ({self.format} format)"
+
+
+def init_from_missing(path: str | Path) -> str:
+    """The refusal of a model.init_from that is not a folder, with the fix."""
+    return (
+        f"model.init_from = {str(path)!r} is not a folder: give the folder of a draft exported "
+        "by `specdraft export --format sglang|vllm|speculators` (or a published DFlash-family "
+        "draft), or drop model.init_from to start from fresh weights"
+    )
+
+
+def read_draft_folder(path: str | Path) -> DraftFolder:
+    """Read a draft folder's config.json; raise DraftFolderError naming what is wrong."""
+    root = Path(path)
+    if not root.is_dir():
+        raise DraftFolderError(init_from_missing(path))
+    config_file = root / "config.json"
+    try:
+        raw = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DraftFolderError(
+            f"model.init_from = {str(path)!r} has no readable config.json ({exc}); it must be a "
+            "draft folder written by `specdraft export --format sglang|vllm|speculators`"
+        ) from None
+    if not isinstance(raw, dict):
+        raise DraftFolderError(f"{config_file} is not a JSON object")
+    weights = tuple(sorted(p.name for p in root.glob(f"*{WEIGHTS_SUFFIX}") if p.is_file()))
+    if not weights:
+        raise DraftFolderError(
+            f"model.init_from = {str(path)!r} holds no {WEIGHTS_SUFFIX} weights; export the "
+            "draft with `specdraft export` (safetensors), or point at the folder that has them"
+        )
+    if "speculators_model_type" in raw:
+        return _speculators(root, raw, weights)
+    return _hf_layout(root, raw, weights)
+
+
+def _family_by(attribute: str, value: Any, root: Path) -> str:
+    """The family whose FamilyRules `attribute` is `value`, or a DraftFolderError."""
+    for rules in FAMILY_RULES.values():
+        if value and getattr(rules, attribute) == value:
+            return rules.name
+    known = sorted(str(getattr(r, attribute)) for r in FAMILY_RULES.values())
+    raise DraftFolderError(
+        f"model.init_from = {str(root)!r}: unknown draft format ({attribute.replace('_', ' ')} "
+        f"{value!r}; specdraft reads {', '.join(known)}, as written by `specdraft export "
+        "--format sglang|vllm|speculators`)"
+    )
+
+
+def _hf_layout(root: Path, raw: dict[str, Any], weights: tuple[str, ...]) -> DraftFolder:
+    """The sglang and vllm layouts: the draft's HF config with `dflash_config`."""
+    architectures = raw.get("architectures") or [None]
+    algorithm = _family_by("architecture", architectures[0], root)
+    found = raw.get("dflash_config")
+    nested: dict[str, Any] = found if isinstance(found, dict) else {}
+
+    def pick(key: str) -> Any:
+        return nested[key] if nested.get(key) is not None else raw.get(key)
+
+    fmt = "vllm" if "sample_from_anchor" in raw else "sglang"
+    untrainable = _untrainable(raw, "")
+    for key in ("causal", "is_causal"):
+        if nested.get(key):
+            untrainable.append((f"dflash_config.{key}", nested[key]))
+    ids = pick("target_layer_ids")
+    return DraftFolder(
+        path=str(root),
+        format=fmt,
+        algorithm=algorithm,
+        block_size=_int(pick("block_size")),
+        num_layers=_int(raw.get("num_hidden_layers")),
+        target_layer_ids=None if ids is None else [int(k) for k in ids],
+        mask_token_id=_int(pick("mask_token_id")),
+        draft_vocab_size=_draft_vocab(raw),
+        shape=_shape(raw),
+        rope_theta=_rope_theta(raw),
+        options=_options(algorithm, raw, nested),
+        untrainable=tuple(untrainable),
+        weight_files=weights,
+    )
+
+
+def _speculators(root: Path, raw: dict[str, Any], weights: tuple[str, ...]) -> DraftFolder:
+    """speculators' layout: the decoder under `transformer_layer_config`, aux layer ids."""
+    algorithm = _family_by("speculators_type", raw.get("speculators_model_type"), root)
+    layers = raw.get("transformer_layer_config")
+    layers = layers if isinstance(layers, dict) else {}
+    untrainable = _untrainable(raw, "") + _untrainable(layers, "transformer_layer_config.")
+    # speculators' `sliding_window_non_causal = false` means causal blocks (vLLM reads it so).
+    if raw.get("sliding_window_non_causal") is False:
+        untrainable.append(("sliding_window_non_causal", False))
+    aux = raw.get("aux_hidden_state_layer_ids")
+    draft_vocab = _int(raw.get("draft_vocab_size"))
+    vocab = _int(layers.get("vocab_size"))
+    return DraftFolder(
+        path=str(root),
+        format="speculators",
+        algorithm=algorithm,
+        block_size=_int(raw.get("block_size")),
+        num_layers=_int(layers.get("num_hidden_layers")),
+        target_layer_ids=None if aux is None else [int(k) - 1 for k in aux],
+        mask_token_id=_int(raw.get("mask_token_id")),
+        draft_vocab_size=None if draft_vocab is None or draft_vocab == vocab else draft_vocab,
+        shape=_shape(layers),
+        rope_theta=_rope_theta(layers),
+        options=_options(algorithm, raw, {}),
+        untrainable=tuple(untrainable),
+        weight_files=weights,
+    )
+
+
+def _untrainable(config: Mapping[str, Any], prefix: str) -> list[tuple[str, Any]]:
+    """The keys of one config level that ask for attention specdraft cannot train."""
+    found: list[tuple[str, Any]] = []
+    for key in ("use_sliding_window", "use_swa", "is_causal", "attention_bias"):
+        if config.get(key):
+            found.append((prefix + key, config[key]))
+    layer_types = config.get("layer_types") or []
+    for index, kind in enumerate(layer_types):
+        if kind != "full_attention":
+            found.append((f"{prefix}layer_types[{index}]", kind))
+    for key, value in config.items():
+        # Attention sinks go by several names (attention_sink, num_sink_tokens, sink_size).
+        if "sink" in key.lower() and value not in (None, False, 0, [], {}):
+            found.append((prefix + key, value))
+    return found
+
+
+def _shape(config: Mapping[str, Any]) -> dict[str, int | None]:
+    """The decoder's widths and attention shape (head_dim defaults as in Qwen3)."""
+    shape = {key: _int(config.get(key)) for key in SHAPE_KEYS}
+    heads, hidden = shape["num_attention_heads"], shape["hidden_size"]
+    if shape["num_key_value_heads"] is None:
+        shape["num_key_value_heads"] = heads
+    if shape["head_dim"] is None and heads and hidden:
+        shape["head_dim"] = hidden // heads
+    return shape
+
+
+def _draft_vocab(raw: Mapping[str, Any]) -> int | None:
+    """The draft vocabulary's size, None when it is the whole target vocabulary."""
+    size = _int(raw.get("draft_vocab_size"))
+    return None if size is None or size == _int(raw.get("vocab_size")) else size
+
+
+def _rope_theta(config: Mapping[str, Any]) -> float | None:
+    """RoPE theta from transformers 5's `rope_parameters` or the older `rope_theta`."""
+    params = config.get("rope_parameters")
+    theta = params.get("rope_theta") if isinstance(params, dict) else None
+    theta = config.get("rope_theta") if theta is None else theta
+    return None if theta is None else float(theta)
+
+
+def _options(algorithm: str, raw: Mapping[str, Any], nested: Mapping[str, Any]) -> dict[str, Any]:
+    """The family's options the folder states, by their `[model.<family>]` field names."""
+    options = {}
+    for key, name in FAMILY_RULES[algorithm].folder_keys:
+        value = nested.get(key, raw.get(key))
+        if value is not None:
+            options[name] = value
+    return options
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None or isinstance(value, bool) else int(value)
