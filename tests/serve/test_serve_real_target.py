@@ -8,6 +8,12 @@ identical, and vLLM's acceptance length is within 10% of specdraft's own estimat
 few steps accepts next to nothing on this target (tau ~1.0), so here the agreement guards the
 pipeline and the served outputs; the agreement of a trained Llama draft (1.209 served against
 1.209 estimated, 860 steps) is `make real-check`'s, in docs/recipes/smollm2-135m-dflash.md.
+
+llama.cpp serves the same draft at batch 1 with one thread (the check's default) on the f32 GGUF
+of the HF target (`--llama-targets f32 --llama-few-tokens 0`: CI's check is the small one;
+`make real-check` also serves the wheel's Q4_1 target and a 3-token draft): the outputs with and
+without the draft are identical and equal the HF target's, and llama.cpp's acceptance is within
+10% of specdraft's estimate.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import subprocess
 import sys
 
 import pytest
-from serve_support import ROOT, vllm_python
+from serve_support import ROOT, llama_cpp_build, vllm_python
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -36,11 +42,13 @@ def test_a_smollm2_dflash_draft_serves_with_identical_outputs_at_its_estimated_a
     tmp_path,
 ):
     vllm_python()  # built once (or waited for) by the repository's script
+    llama_cpp_build()
     run_dir = tmp_path / "run"
     overrides = {**SMALL, "output_dir": json.dumps(str(run_dir))}
     args = [sys.executable, str(ROOT / "scripts" / "real_check.py"), "--work", str(tmp_path)]
     args += ["--train-count", "40", "--eval-count", "8", "--max-new-tokens", "48"]
-    args += ["--speed-batch", "4"]
+    args += ["--speed-batch", "4", "--llama-prompts", "4", "--llama-new-tokens", "32"]
+    args += ["--llama-targets", "f32", "--llama-few-tokens", "0"]
     args += [item for key, value in overrides.items() for item in ("--set", f"{key}={value}")]
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=2300)
@@ -60,3 +68,25 @@ def test_a_smollm2_dflash_draft_serves_with_identical_outputs_at_its_estimated_a
         assert setting["identical"] == speed["prompts"], setting
         assert setting["batch1"]["tokens_per_s"] > 0 and setting["batch"]["tokens_per_s"] > 0
     assert speed["settings"][1]["acceptance_length"] is not None
+    check_llama_cpp(run_dir, done.stdout)
+
+
+def check_llama_cpp(run_dir, stdout):
+    """The llama.cpp stage of the same run (see module)."""
+    assert "served: specdraft eval --engine llama.cpp, targets f32" in stdout
+    result = json.loads((run_dir / "served-llama.json").read_text())
+    assert result["stage"] == "done", result
+    (f32,) = result["targets"]
+    assert f32["label"].startswith("f32") and "target f32" in stdout
+    (run,) = f32["runs"]
+    assert run["stage"] == "done" and run["family"] == "dflash" and run["draft_tokens"] == 7
+    names = [s["name"] for s in run["speed"]["settings"]]
+    assert names == ["none", "draft", "ngram-simple", "ngram-mod"]
+    for setting in run["speed"]["settings"]:
+        assert setting["batch1"]["tokens_per_s"] > 0, setting
+    assert not run["target_gguf_given"]
+    assert run["outputs_identical"], run
+    assert run["matches_target_greedy"] == run["prompts"], run
+    ours = run["specdraft"]["acceptance_length"]
+    theirs = run["llama_cpp"]["acceptance_length"]
+    assert abs(theirs - ours) <= 0.10 * ours, (theirs, ours)

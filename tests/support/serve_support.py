@@ -141,6 +141,46 @@ def llama_cpp_build():
         pytest.fail(str(exc))
 
 
+# Run by the venv's Python with the llama.cpp tree's gguf-py first on sys.path (the reader
+# llama-server's own files are written for; an installed `gguf` must not answer instead).
+GGUF_DUMP = """
+import hashlib, json, sys
+sys.path.insert(0, sys.argv[1])
+import gguf
+reader = gguf.GGUFReader(sys.argv[2])
+arrays = set(sys.argv[3:])
+keys = {
+    field.name: [[kind.name for kind in field.types], field.contents()]
+    for field in reader.fields.values()
+    if not field.name.startswith("GGUF.")
+}
+tensors, data = {}, {}
+for tensor in reader.tensors:
+    raw = tensor.data.tobytes()
+    shape = [int(n) for n in tensor.shape]
+    tensors[tensor.name] = [tensor.tensor_type.name, shape, hashlib.sha256(raw).hexdigest()]
+    if tensor.name in arrays:
+        data[tensor.name] = tensor.data.tolist()
+print(json.dumps({"keys": keys, "tensors": tensors, "arrays": data}))
+"""
+
+
+def gguf_contents(llama, path: Path, arrays: tuple[str, ...] = ()) -> dict:
+    """A GGUF file as llama.cpp's gguf-py reads it: keys (name -> [value types, value]), tensors
+    (name -> [GGML type, ggml shape (rows last), sha256 of the bytes]) and the values of the
+    tensors named in `arrays` (numpy order, as nested lists)."""
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", GGUF_DUMP, str(llama.home / "gguf-py"), str(path), *arrays],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
 # The quickstart draft of each family, trained like the DFlash one (quickstart_dflash_run) with
 # options llama.cpp can load on the tiny target (hidden size 128): DFlash2 as in
 # examples/quickstart.toml (its selector's top_k * (top_k + 1) scores fit a hidden row), DSpark

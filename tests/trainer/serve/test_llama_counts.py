@@ -8,6 +8,7 @@ import pytest
 from specdraft.trainer.serve.llama_counts import (
     acceptance_from_metrics,
     acceptance_from_timings,
+    acceptance_length_within,
     count_identical,
     metrics_delta,
     parse_metrics,
@@ -115,3 +116,11 @@ def test_per_position_counts_a_position_only_where_it_was_drafted_and_reached():
     assert result["attempts"] == [4, 3, 2, 2, 1, 1, 1]
     assert result["accepts"] == [3, 3, 2, 1, 1, 1, 1]
     assert result["per_position_given_previous"] == pytest.approx([0.75, 1, 1, 0.5, 1, 1, 1])
+
+
+def test_acceptance_within_fewer_draft_tokens_sums_the_survival_rates():
+    rates = [0.5, 0.5, 1.0, 0.2]
+    assert acceptance_length_within(rates, 0) == 1.0
+    assert acceptance_length_within(rates, 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert acceptance_length_within(rates, 4) == pytest.approx(1 + 0.5 + 0.25 + 0.25 + 0.05)
+    assert acceptance_length_within(rates, 9) == acceptance_length_within(rates, 4)

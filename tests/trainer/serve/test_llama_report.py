@@ -158,3 +158,31 @@ def test_the_per_position_row_reads_the_step_trace_when_there_is_one():
     data = result()
     data["llama_cpp"]["per_position"] = {"per_position_given_previous": [0.5, 0.25]}
     assert "llama.cpp 0.50 0.25" in " ".join(llama_served_lines(data))
+
+
+def test_a_batch_1_only_table_has_one_column_of_speeds():
+    data = speed_result()
+    data["speed"]["parallel"] = 1
+    for setting in data["speed"]["settings"]:
+        setting["batch"], setting["identical_batch"] = None, None
+    lines = llama_speed_lines(data)
+    assert lines[0].endswith("batch 1 = 4 prompts one at a time")
+    assert "slots" not in lines[1]
+    draft = next(line for line in lines if line.startswith("dspark draft"))
+    assert draft.split()[2:] == ["2.000", "150.0", "1.50x", "4/4"]
+
+
+def test_an_estimate_cut_to_fewer_draft_tokens_says_so():
+    data = result(draft_tokens=1)
+    data["specdraft"] = {
+        "acceptance_length": 1.5,
+        "per_position_given_previous": [0.5],
+        "steps": 150,
+        "block_acceptance_length": 2.0,
+    }
+    lines = llama_served_lines(data)
+    tokens = next(line for line in lines if line.startswith("tokens after each first"))
+    assert tokens.split()[-1] == "-"
+    assert lines[-1] == (
+        "specdraft's estimate is cut to the block's first 1 positions (the whole block: 2.000)"
+    )

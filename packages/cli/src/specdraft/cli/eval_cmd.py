@@ -75,10 +75,19 @@ class EvalUsageError(click.ClickException):
 )
 @click.option(
     "--parallel",
-    type=click.IntRange(min=2),
+    type=click.IntRange(min=1),
     default=4,
     show_default=True,
-    help="With --engine llama.cpp --speed: server slots (-np) of the batched measurement.",
+    help="With --engine llama.cpp --speed: server slots (-np) of the batched measurement "
+    "(1: batch 1 only).",
+)
+@click.option(
+    "--speed-settings",
+    metavar="NAME,...",
+    default=None,
+    help="With --engine llama.cpp --speed: only these settings (none, draft, ngram-simple, "
+    "ngram-map-k, ngram-mod, ngram-cache, synth-measured, synth-full); the target alone and "
+    "the draft are always in. Default: all.",
 )
 @click.option(
     "--draft-tokens",
@@ -99,6 +108,7 @@ def eval_(
     target_gguf: str | None,
     threads: int,
     parallel: int,
+    speed_settings: str | None,
     draft_tokens: int | None,
     overrides: tuple[str, ...],
     fmt: str,
@@ -129,9 +139,10 @@ def eval_(
 
     if speed and engine == "specdraft":
         raise EvalUsageError("--speed measures serving: add --engine vllm or --engine llama.cpp")
-    if engine != "llama.cpp" and (target_gguf or draft_tokens is not None):
+    if engine != "llama.cpp" and (target_gguf or draft_tokens is not None or speed_settings):
         raise EvalUsageError(
-            "--target-gguf and --draft-tokens serve with llama.cpp: add --engine llama.cpp"
+            "--target-gguf, --draft-tokens and --speed-settings serve with llama.cpp: add "
+            "--engine llama.cpp"
         )
     try:
         if engine == "llama.cpp":
@@ -144,6 +155,7 @@ def eval_(
                 threads=threads,
                 parallel=parallel,
                 draft_tokens=draft_tokens,
+                speed_settings=_names(speed_settings),
             )
             return
         if engine == "vllm":
@@ -166,6 +178,13 @@ def eval_(
             f"{int(result['capped_prompts'])} held-out prompt(s) cut from the left so prompt + "
             f"generated tokens fit data.max_length ({config.data.max_length})"
         )
+
+
+def _names(value: str | None) -> list[str] | None:
+    """A comma-separated option's names (None when the option is not given)."""
+    if value is None:
+        return None
+    return [name.strip() for name in value.split(",") if name.strip()]
 
 
 def served(
@@ -273,6 +292,7 @@ def served_llama(
     threads: int,
     parallel: int,
     draft_tokens: int | None,
+    speed_settings: list[str] | None = None,
 ) -> None:
     """`--engine llama.cpp`: llama-server's acceptance next to specdraft's estimate (and with
     `speed` the tokens/s table); exit 2 without a build, 1 when llama-server refuses the draft."""
@@ -304,12 +324,13 @@ def served_llama(
             speed=speed,
             parallel=parallel,
             draft_tokens=draft_tokens,
+            speed_settings=speed_settings,
             log_dir=logs,
             on_start=starting,
         )
     except LlamaCppUnavailable as exc:
         raise EvalUsageError(str(exc)) from None
-    except ValueError as exc:  # --draft-tokens outside the family's block
+    except ValueError as exc:  # --draft-tokens outside the family's block, an unknown setting
         raise EvalUsageError(str(exc)) from None
     except LlamaServerFailed as exc:
         raise click.ClickException(f"{exc}") from None

@@ -145,3 +145,14 @@ def per_position_from_steps(steps: Sequence[tuple[int, int]], width: int) -> dic
 def count_identical(reference: Sequence[Sequence[int]], other: Sequence[Sequence[int]]) -> int:
     """How many of `other`'s token lists equal `reference`'s, prompt by prompt."""
     return sum(list(a) == list(b) for a, b in zip(reference, other, strict=True))
+
+
+def acceptance_length_within(rates: Sequence[float], draft_tokens: int) -> float:
+    """Acceptance length of a step that proposes only the first `draft_tokens` positions,
+    from the acceptance per position given the one before (1 + sum of the survival rates)."""
+    length, survive = 1.0, 1.0
+    for rate in rates[:draft_tokens]:
+        # Position k is accepted when every position before it was: the product of the rates.
+        survive *= rate
+        length += survive
+    return length

@@ -47,6 +47,11 @@ def llama_served_lines(result: dict[str, Any]) -> list[str]:
         f"{result['prompts']}); llama.cpp's greedy output equals the HF target's on "
         f"{result['matches_target_greedy']} of {result['prompts']}{hf_note}",
     ]
+    if "block_acceptance_length" in ours:
+        lines.append(
+            f"specdraft's estimate is cut to the block's first {result['draft_tokens']} "
+            f"positions (the whole block: {ours['block_acceptance_length']:.3f})"
+        )
     return lines
 
 
@@ -57,34 +62,39 @@ def _fmt(value: float | None) -> str:
 def llama_speed_lines(result: dict[str, Any]) -> list[str]:
     """The side-by-side tokens/s table of a llama.cpp speed measurement, with what the ceiling
     rows say: how much of the gap to N + 1 tokens per step is the draft's quality, how much
-    the cost of drafting and verifying."""
+    the cost of drafting and verifying. Measured at batch 1 only (`parallel` 1), one column."""
     speed = result["speed"]
     rows = {row["name"]: row for row in speed["settings"]}
     plain = rows["none"]
     slots = speed["parallel"]
+    batched = slots > 1
     threads = result["threads"]
-    lines = [
+    prompts = speed["prompts"]
+    header = (
         f"output tokens/s, llama.cpp build {result['build']}, greedy, {result['max_tokens']} new "
         f"tokens, {speed['draft_tokens']} speculative tokens, {threads} "
-        f"thread{'s' if threads != 1 else ''}; batch 1 = {speed['prompts']} prompts one at a "
-        f"time, {slots} slots = all {speed['prompts']} at once (-np {slots})",
-        f"{'setting':<26} {'accept len':>10} {'batch 1':>9} {'x':>6} "
-        f"{str(slots) + ' slots':>9} {'x':>6}  identical (batch 1, {slots} slots)",
-    ]
+        f"thread{'s' if threads != 1 else ''}; batch 1 = {prompts} prompts one at a time"
+    )
+    columns = f"{'setting':<26} {'accept len':>10} {'batch 1':>9} {'x':>6}"
+    if batched:
+        header += f", {slots} slots = all {prompts} at once (-np {slots})"
+        columns += f" {str(slots) + ' slots':>9} {'x':>6}  identical (batch 1, {slots} slots)"
+    else:
+        columns += "  identical"
+    lines = [header, columns]
     for row in speed["settings"]:
-        one, many = row["batch1"]["tokens_per_s"], row["batch"]["tokens_per_s"]
+        one = row["batch1"]["tokens_per_s"]
         accept = row["acceptance_length"] if row["name"] != "none" else None
-        identical = (
-            f"{row['identical_batch1']}/{speed['prompts']}, "
-            f"{row['identical_batch']}/{speed['prompts']}"
-        )
+        identical = f"{row['identical_batch1']}/{prompts}"
+        line = f"{row['label']:<26} {_fmt(accept):>10} {one:>9.1f} "
+        line += f"{_ratio(one, plain['batch1']['tokens_per_s']):>6}"
+        if batched:
+            many = row["batch"]["tokens_per_s"]
+            identical += f", {row['identical_batch']}/{prompts}"
+            line += f" {many:>9.1f} {_ratio(many, plain['batch']['tokens_per_s']):>6}"
         if row["synthetic"]:
             identical += " (synthetic acceptance)"
-        lines.append(
-            f"{row['label']:<26} {_fmt(accept):>10} {one:>9.1f} "
-            f"{_ratio(one, plain['batch1']['tokens_per_s']):>6} {many:>9.1f} "
-            f"{_ratio(many, plain['batch']['tokens_per_s']):>6}  {identical}"
-        )
+        lines.append(f"{line}  {identical}")
     lines += ceiling_lines(rows, speed["draft_tokens"])
     return lines
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from specdraft.config import Config
 from .llama_counts import (
     acceptance_from_metrics,
     acceptance_from_timings,
+    acceptance_length_within,
     count_identical,
     metrics_delta,
     parse_metrics,
@@ -38,7 +39,13 @@ from .llama_counts import (
 )
 from .llama_cpp_build import LlamaCpp, require_llama_cpp
 from .llama_server import LlamaServer, LlamaServerFailed, ServerOptions
-from .llama_settings import Setting, ceiling_settings, draft_setting, ngram_settings
+from .llama_settings import (
+    Setting,
+    ceiling_settings,
+    check_speed_settings,
+    draft_setting,
+    ngram_settings,
+)
 
 # A warm-up request before each timed phase: a short prefix of the first prompt, a few tokens
 # (short enough that no n-gram table keeps anything from it: ngram-mod keys are 24 tokens).
@@ -177,16 +184,20 @@ def served_llama_cpp(
     speed: bool = False,
     parallel: int = 4,
     draft_tokens: int | None = None,
+    speed_settings: Collection[str] | None = None,
     log_dir: Path | None = None,
     on_start: Callable[[LlamaCpp], None] | None = None,
 ) -> dict[str, Any]:
     """llama.cpp's acceptance of the checkpoint's draft next to specdraft's estimate, outputs
-    compared (and with `speed` the tokens/s table's settings); see module. Raises
-    LlamaCppUnavailable without a build, ExportError when the draft cannot be exported."""
+    compared (and with `speed` the tokens/s table's settings, or only `speed_settings`; with
+    `parallel` 1 at batch 1 only); see module. Raises LlamaCppUnavailable without a build,
+    ExportError when the draft cannot be exported, ValueError for an unknown setting."""
     from ..export import export_checkpoint
     from ..train.eval_run import cached_eval_records, eval_new_tokens, evaluate_checkpoint
     from ..train.evaluation import fit_eval_budget
 
+    if speed_settings is not None:
+        check_speed_settings(speed_settings)
     build = require_llama_cpp()
     family = checkpoint_family(checkpoint)
     slots = default_draft_tokens(family, int(config.model.block_size))
@@ -254,13 +265,7 @@ def served_llama_cpp(
         estimate = evaluate_checkpoint(config, checkpoint, records=records)
         result.update(
             stage="done",
-            specdraft={
-                "acceptance_length": estimate["tau"],
-                "per_position_given_previous": estimate["accept_rate_per_pos"],
-                "steps": estimate["steps"],
-                # Tokens its walk advanced over (tau = tokens / steps).
-                "tokens": round(estimate["tau"] * estimate["steps"]),
-            },
+            specdraft=estimate_summary(estimate, draft_tokens),
             llama_cpp={
                 **with_draft["timings"],
                 "per_step": with_draft["per_step"],
@@ -272,9 +277,39 @@ def served_llama_cpp(
         )
         if speed:
             result["speed"] = measure_speed(
-                phase, alone_setting, alone, drafted, with_draft, draft_tokens, parallel
+                phase,
+                alone_setting,
+                alone,
+                drafted,
+                with_draft,
+                draft_tokens,
+                parallel,
+                settings=speed_settings,
             )
     return result
+
+
+def estimate_summary(estimate: dict[str, Any], draft_tokens: int) -> dict[str, Any]:
+    """specdraft's estimate as the report compares it: for a draft served with fewer tokens
+    than its block proposes, the acceptance of the block's first `draft_tokens` positions."""
+    rates = list(estimate["accept_rate_per_pos"])
+    summary = {
+        "acceptance_length": estimate["tau"],
+        "per_position_given_previous": rates,
+        "steps": estimate["steps"],
+        # Tokens its walk advanced over (tau = tokens / steps).
+        "tokens": round(estimate["tau"] * estimate["steps"]),
+    }
+    if draft_tokens < len(rates):
+        # The walk's steps are the whole block's; cut, each advances at most draft_tokens + 1,
+        # so its token count is not the cut one and is left out.
+        del summary["tokens"]
+        summary.update(
+            acceptance_length=acceptance_length_within(rates, draft_tokens),
+            per_position_given_previous=rates[:draft_tokens],
+            block_acceptance_length=estimate["tau"],
+        )
+    return summary
 
 
 def measure_speed(
@@ -285,32 +320,40 @@ def measure_speed(
     with_draft: dict[str, Any],
     draft_tokens: int,
     parallel: int,
+    *,
+    settings: Collection[str] | None = None,
 ) -> dict[str, Any]:
-    """Every setting at batch 1 (the acceptance runs reused for the target and the draft) and
-    with `parallel` slots; outputs compared with the target alone's at batch 1."""
+    """Every setting (or those named in `settings`; the target alone and the draft always) at
+    batch 1, the acceptance runs reused for those two, and with `parallel` slots unless it is 1;
+    outputs compared with the target alone's at batch 1."""
     measured = with_draft["per_step"]["acceptance_length"]
+    extra = [
+        *ngram_settings(draft_tokens),
+        *ceiling_settings(drafted, measured, draft_tokens),
+    ]
     plans: list[tuple[Setting, dict[str, Any] | None]] = [
         (alone_setting, alone),
         (drafted, with_draft),
-        *((s, None) for s in ngram_settings(draft_tokens)),
-        *((s, None) for s in ceiling_settings(drafted, measured, draft_tokens)),
+        *((s, None) for s in extra if settings is None or s.name in settings),
     ]
     reference = alone["outputs"]
     rows = []
     for setting, single in plans:
         single = single if single is not None else phase(setting, 1)
-        many = phase(setting, parallel)
+        many = phase(setting, parallel) if parallel > 1 else None
         rows.append(
             {
                 "name": setting.name,
                 "label": setting.label,
                 "synthetic": setting.synthetic,
                 "batch1": phase_summary(single),
-                "batch": phase_summary(many),
+                "batch": phase_summary(many) if many is not None else None,
                 "acceptance_length": single["timings"]["acceptance_length"],
                 "acceptance_per_step": single["per_step"]["acceptance_length"],
                 "identical_batch1": count_identical(reference, single["outputs"]),
-                "identical_batch": count_identical(reference, many["outputs"]),
+                "identical_batch": (
+                    count_identical(reference, many["outputs"]) if many is not None else None
+                ),
             }
         )
     return {

@@ -19,11 +19,23 @@ and common/speculative.cpp.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 NGRAM_CACHE_TOKENS = 8  # fixed in llama.cpp (create_state_ngram_cache)
 NGRAM_MOD_MIN = 48  # llama.cpp's default --spec-ngram-mod-n-min
+# Every setting's name, in the tokens/s table's order ("none" is the target alone).
+SPEED_SETTINGS = (
+    "none",
+    "draft",
+    "ngram-simple",
+    "ngram-map-k",
+    "ngram-mod",
+    "ngram-cache",
+    "synth-measured",
+    "synth-full",
+)
 
 
 @dataclass(frozen=True)
@@ -108,3 +120,13 @@ def ceiling_settings(draft: Setting, measured: float | None, draft_tokens: int) 
         )
     )
     return settings
+
+
+def check_speed_settings(names: Collection[str]) -> None:
+    """Raise ValueError naming any of `names` that is not a setting of SPEED_SETTINGS."""
+    unknown = sorted(set(names) - set(SPEED_SETTINGS))
+    if unknown:
+        raise ValueError(
+            f"unknown llama.cpp speed setting(s) {', '.join(unknown)}: "
+            f"choose from {', '.join(SPEED_SETTINGS)}"
+        )
