@@ -132,8 +132,12 @@ def test_the_family_options_draft_vocabulary_and_target_are_compared(tmp_path, t
 @pytest.mark.parametrize(
     ("changes", "named"),
     [
-        ({"layer_types": ["sliding_attention"]}, "layer_types[0] = 'sliding_attention'"),
-        ({"use_sliding_window": True, "sliding_window": 512}, "use_sliding_window = True"),
+        (
+            {"layer_types": ["sliding_attention"], "sliding_window": 512},
+            "layer_types[0] = 'sliding_attention (causal: the folder does not state "
+            "is_causal = false)'",
+        ),
+        ({"layer_types": ["linear_attention"]}, "layer_types[0] = 'linear_attention'"),
         ({"use_swa": True}, "use_swa = True"),
         ({"num_sink_tokens": 4}, "num_sink_tokens = 4"),
         ({"is_causal": True}, "is_causal = True"),
@@ -142,8 +146,8 @@ def test_the_family_options_draft_vocabulary_and_target_are_compared(tmp_path, t
 )
 def test_what_specdraft_cannot_train_is_refused_by_name(tmp_path, changes, named):
     text = config_text(folder(tmp_path, sglang_layout(**changes)))
-    [finding] = findings(text)
-    assert finding.code == "SD333" and finding.key == "model.init_from"
+    [finding] = [f for f in findings(text) if f.code == "SD333"]
+    assert finding.key == "model.init_from"
     assert f"has {named}, which specdraft cannot train" in finding.message
     assert finding.line == position_of(text, "init_from")[0]
 
@@ -165,3 +169,56 @@ def test_a_missing_folder_is_a_note_and_a_foreign_one_an_error(tmp_path):
     [unknown] = findings(config_text(foreign))
     assert unknown.code == "SD331" and "unknown draft format" in unknown.message
     assert "model.init_from" in unknown.message
+
+
+SLIDING = {"layer_types": ["sliding_attention"], "use_sliding_window": True, "sliding_window": 512}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        vllm_layout(**SLIDING),
+        sglang_layout(is_causal=False, **SLIDING),
+        sglang_layout(
+            dflash_config={
+                **sglang_layout()["dflash_config"],
+                "use_swa": True,
+                "swa_window_size": 512,
+                "causal": False,
+            }
+        ),
+        speculators_layout(
+            transformer_layer_config={**speculators_layout()["transformer_layer_config"], **SLIDING}
+        ),
+    ],
+    ids=["vllm", "sglang", "dflash-config", "speculators"],
+)
+def test_a_non_causal_sliding_folder_is_trained_with_the_same_window(tmp_path, target, config):
+    path = folder(tmp_path, config)
+    draft = read_draft_folder(path)
+    assert (draft.sliding_window, draft.layer_types) == (512, ("sliding_attention",))
+    assert draft.untrainable == ()
+    assert findings(config_text(path, target=target, extra="sliding_window = 512\n")) == []
+    text = config_text(path, target=target)
+    messages = {f.key: (f.code, f.message) for f in findings(text)}
+    assert set(messages) == {"model.sliding_window", "model.layer_types"}
+    assert messages["model.sliding_window"][0] == "SD332"
+    assert "set sliding_window = 512" in messages["model.sliding_window"][1]
+    assert 'set layer_types = ["sliding_attention"]' in messages["model.layer_types"][1]
+
+
+def test_a_window_the_folder_does_not_have_is_a_difference(tmp_path):
+    text = config_text(folder(tmp_path, vllm_layout()), extra="sliding_window = 512\n")
+    messages = {f.key: f.message for f in findings(text)}
+    assert set(messages) == {"model.sliding_window", "model.layer_types"}
+    assert "has none (unset): drop sliding_window" in messages["model.sliding_window"]
+    position = position_of(text, "512", after="sliding_window = ")
+    [at] = [f for f in findings(text) if f.key == "model.sliding_window"]
+    assert (at.line, at.col) == position
+
+
+def test_a_full_layer_list_with_use_sliding_window_reads_as_full_attention(tmp_path, target):
+    path = folder(tmp_path, sglang_layout(use_sliding_window=True, sliding_window=512))
+    draft = read_draft_folder(path)
+    assert (draft.sliding_window, draft.layer_types) == (None, ("full_attention",))
+    assert findings(config_text(path, target=target)) == []

@@ -33,11 +33,12 @@ VOCAB_CASES = [("dflash", "vllm"), ("dflash", "speculators"), ("dspark", "vllm")
 DRAFT_IDS = tuple(range(1, 96, 3))  # 32 target ids
 
 
-def _exported(draft_model_config, target, algorithm, fmt, folder, ids=None):
+def _exported(draft_model_config, target, algorithm, fmt, folder, ids=None, **attention):
     """A draft with every trainable weight perturbed (zero-initialised heads included), written
-    in `fmt` to `folder`; returns it with its config and head."""
+    in `fmt` to `folder`; returns it with its config and head. `attention`: sliding_window,
+    layer_types."""
     overrides = {} if ids is None else {"draft_vocab_size": len(ids)}
-    cfg = draft_model_config(algorithm, **overrides)
+    cfg = draft_model_config(algorithm, **overrides, **attention)
     head = load_target_head(cfg.target, torch.float32)
     torch.manual_seed(0)
     draft = build_draft(cfg, load_target_config(cfg.target), dtype=torch.float32, draft_vocab=ids)
@@ -52,9 +53,9 @@ def _exported(draft_model_config, target, algorithm, fmt, folder, ids=None):
     return draft, head
 
 
-def _started(draft_model_config, algorithm, folder, ids_size=None):
+def _started(draft_model_config, algorithm, folder, ids_size=None, **attention):
     """A fresh draft (another seed) started from `folder` as build_trainer starts it."""
-    overrides = {"init_from": str(folder)}
+    overrides = {"init_from": str(folder), **attention}
     if ids_size is not None:
         overrides["draft_vocab_size"] = ids_size
     cfg = draft_model_config(algorithm, **overrides)
@@ -163,3 +164,70 @@ def test_the_config_package_names_each_family_as_the_exports_do(algorithm):
     assert family.rules.architecture == family.architecture
     assert family.speculators is not None
     assert family.rules.speculators_type == family.speculators.model_type
+
+
+# A window that cuts keys of the test batches (32 positions), on one layer of two and on both.
+SLIDING = [
+    {"sliding_window": 8},
+    {"sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"]},
+]
+
+
+@pytest.mark.parametrize("attention", SLIDING, ids=["all-layers", "mixed"])
+@pytest.mark.parametrize("fmt", ["vllm", "speculators"])
+@pytest.mark.parametrize("algorithm", ["dflash", "dspark"])
+def test_a_sliding_window_draft_comes_back_with_the_same_forward(
+    algorithm,
+    fmt,
+    attention,
+    draft_model_config,
+    tiny_qwen3_target,
+    make_draft_batch,
+    random_samples,
+    tmp_path,
+):
+    source, head = _exported(
+        draft_model_config, tiny_qwen3_target, algorithm, fmt, tmp_path, **attention
+    )
+    started, weights = _started(draft_model_config, algorithm, tmp_path, **attention)
+    assert weights.folder.sliding_window == 8
+    assert started.config.layer_windows() == source.config.layer_windows()
+    batch = make_draft_batch(random_samples([30, 24], seed=3), 32)
+    _assert_same_forward(source, started, head, batch)
+    # The window matters on this batch: the same weights at full attention compute otherwise.
+    full, _ = _started_full(draft_model_config, algorithm, started)
+    anchors = torch.tensor([[20, 25]] * 2)
+    keep = torch.ones_like(anchors, dtype=torch.bool)
+    ids, features = batch["input_ids"], batch["hidden_states"]
+    with torch.no_grad():
+        windowed = started.run_backbone(ids, features, anchors, keep, head, "sdpa")
+        unwindowed = full.run_backbone(ids, features, anchors, keep, head, "sdpa")
+    assert not torch.equal(windowed, unwindowed)
+
+
+def _started_full(draft_model_config, algorithm, draft):
+    """The same weights in a full-attention draft."""
+    cfg = draft_model_config(algorithm)
+    full = build_draft(cfg, load_target_config(cfg.target), dtype=torch.float32)
+    full.load_state_dict(draft.state_dict())
+    return full, cfg
+
+
+def test_a_sliding_folder_needs_the_same_window_in_the_config(
+    draft_model_config, tiny_qwen3_target, tmp_path
+):
+    _exported(draft_model_config, tiny_qwen3_target, "dflash", "vllm", tmp_path, sliding_window=8)
+    with pytest.raises(InitFromError) as caught:
+        read_init_weights(draft_model_config("dflash", init_from=str(tmp_path)))
+    assert "set sliding_window = 8" in str(caught.value)
+    with pytest.raises(InitFromError, match="set sliding_window = 8"):
+        read_init_weights(draft_model_config("dflash", init_from=str(tmp_path), sliding_window=16))
+
+
+def test_sglang_refuses_a_sliding_window_draft(draft_model_config, tiny_qwen3_target, tmp_path):
+    from specdraft.trainer.export.source import ExportRefused
+
+    with pytest.raises(ExportRefused, match="masks a sliding-window layer causally"):
+        _exported(
+            draft_model_config, tiny_qwen3_target, "dflash", "sglang", tmp_path, sliding_window=8
+        )

@@ -110,6 +110,16 @@ CORE_CODES: tuple[Code, ...] = (
          ("loss_decay_gamma_missing",)),
     Code("SD305", "block-too-small", "error", "model.block_size is below 2.",
          ("block_too_small",)),
+    # The draft layers' attention (model.sliding_window, model.layer_types).
+    Code("SD306", "layer-types-length", "error",
+         "model.layer_types does not list one type per draft layer (num_draft_layers).",
+         ("layer_types_length",)),
+    Code("SD307", "window-below-block", "error",
+         "model.sliding_window is smaller than model.block_size: the window must hold a whole "
+         "draft block.", ("window_below_block",)),
+    Code("SD308", "sliding-without-window", "error",
+         "model.layer_types has a sliding_attention layer but model.sliding_window is unset.",
+         ("sliding_without_window",)),
     Code("SD310", "layer-id-out-of-range", "error",
          "A target layer id is not a layer of the target model."),
     Code("SD311", "layer-id-last", "error", "A target layer id is the target's last layer."),
@@ -153,7 +163,18 @@ CORE_CODES: tuple[Code, ...] = (
          "A model field (or the target) disagrees with the draft folder of model.init_from."),
     Code("SD333", "init-from-untrainable", "error",
          "The draft folder of model.init_from uses attention specdraft cannot train "
-         "(sliding-window layers, attention sinks, causal blocks, attention biases)."),
+         "(attention sinks, causal blocks, attention biases)."),
+    Code("SD334", "window-above-max-length", "warning",
+         "model.sliding_window is at least data.max_length: in training the window cuts "
+         "(almost) no key, while served contexts longer than the window are cut."),
+    Code("SD335", "sliding-window-not-served", "error",
+         "An engine in serve.engines does not serve sliding-window draft layers as specdraft "
+         "trains them (SGLang 0.5.23's window mask is causal inside the block)."),
+    Code("SD336", "mixed-layers-v2-runner", "note",
+         "vLLM serves a draft with both sliding-window and full-attention layers only under "
+         "its V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1)."),
+    Code("SD337", "window-unused", "warning",
+         "model.sliding_window is set but model.layer_types has no sliding_attention layer."),
     # Labels from the target's own predictions (data.labels, training.soft_label_*).
     Code("SD340", "soft-labels-without-topk", "error",
          "training.soft_label_weight is set but training.soft_label_topk is 0.",

@@ -10,8 +10,16 @@
   target layers as `aux_hidden_state_layer_ids` (specdraft's k + 1, export/layer_ids.py).
 
 `read_draft_folder` turns any of them into the fields specdraft trains with (`DraftFolder`), and
-lists what specdraft cannot train (sliding-window layers, attention sinks, causal blocks,
-attention biases) by the folder's own key, so that nothing is dropped in silence.
+lists what specdraft cannot train (attention sinks, causal blocks, attention biases, layer types
+other than full and sliding-window attention) by the folder's own key, so that nothing is
+dropped in silence.
+
+Sliding-window layers are read as vLLM 0.32 resolves them (`qwen3_dflash._resolve_layer_attention`):
+the window from `dflash_config.swa_window_size`, else `sliding_window`; the sliding layers from
+`layer_types`, or every layer under `dflash_config.use_swa`. A sliding layer is causal unless the
+folder says otherwise (vLLM's and SGLang's default for it), so a folder with sliding layers must
+state `is_causal = false` (or `dflash_config.causal = false`; speculators:
+`sliding_window_non_causal = true`) to be one specdraft trains.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .attention_layers import FULL_ATTENTION, LAYER_TYPES, SLIDING_ATTENTION
 from .families import FAMILY_RULES
 
 FORMATS = ("sglang", "vllm", "speculators")
@@ -61,6 +70,9 @@ class DraftFolder:
     options: dict[str, Any]
     # (folder key, its value) of each setting specdraft cannot train.
     untrainable: tuple[tuple[str, Any], ...] = ()
+    # The sliding window (None: every layer is full attention) and each layer's type.
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None
     weight_files: tuple[str, ...] = ()
 
     @property
@@ -132,13 +144,17 @@ def _hf_layout(root: Path, raw: dict[str, Any], weights: tuple[str, ...]) -> Dra
     for key in ("causal", "is_causal"):
         if nested.get(key):
             untrainable.append((f"dflash_config.{key}", nested[key]))
+    num_layers = _int(raw.get("num_hidden_layers"))
+    window, types = _sliding(raw, nested, num_layers)
+    stated_non_causal = raw.get("is_causal") is False or nested.get("causal") is False
+    untrainable += _causal_sliding(types, stated_non_causal, "is_causal = false")
     ids = pick("target_layer_ids")
     return DraftFolder(
         path=str(root),
         format=fmt,
         algorithm=algorithm,
         block_size=_int(pick("block_size")),
-        num_layers=_int(raw.get("num_hidden_layers")),
+        num_layers=num_layers,
         target_layer_ids=None if ids is None else [int(k) for k in ids],
         mask_token_id=_int(pick("mask_token_id")),
         draft_vocab_size=_draft_vocab(raw),
@@ -146,6 +162,8 @@ def _hf_layout(root: Path, raw: dict[str, Any], weights: tuple[str, ...]) -> Dra
         rope_theta=_rope_theta(raw),
         options=_options(algorithm, raw, nested),
         untrainable=tuple(untrainable),
+        sliding_window=window,
+        layer_types=types,
         weight_files=weights,
     )
 
@@ -159,6 +177,11 @@ def _speculators(root: Path, raw: dict[str, Any], weights: tuple[str, ...]) -> D
     # speculators' `sliding_window_non_causal = false` means causal blocks (vLLM reads it so).
     if raw.get("sliding_window_non_causal") is False:
         untrainable.append(("sliding_window_non_causal", False))
+    num_layers = _int(layers.get("num_hidden_layers"))
+    window, types = _sliding(layers, {}, num_layers)
+    if raw.get("sliding_window_non_causal") is not False:
+        stated = raw.get("sliding_window_non_causal") is True
+        untrainable += _causal_sliding(types, stated, "sliding_window_non_causal = true")
     aux = raw.get("aux_hidden_state_layer_ids")
     draft_vocab = _int(raw.get("draft_vocab_size"))
     vocab = _int(layers.get("vocab_size"))
@@ -167,7 +190,7 @@ def _speculators(root: Path, raw: dict[str, Any], weights: tuple[str, ...]) -> D
         format="speculators",
         algorithm=algorithm,
         block_size=_int(raw.get("block_size")),
-        num_layers=_int(layers.get("num_hidden_layers")),
+        num_layers=num_layers,
         target_layer_ids=None if aux is None else [int(k) - 1 for k in aux],
         mask_token_id=_int(raw.get("mask_token_id")),
         draft_vocab_size=None if draft_vocab is None or draft_vocab == vocab else draft_vocab,
@@ -175,6 +198,8 @@ def _speculators(root: Path, raw: dict[str, Any], weights: tuple[str, ...]) -> D
         rope_theta=_rope_theta(layers),
         options=_options(algorithm, raw, {}),
         untrainable=tuple(untrainable),
+        sliding_window=window,
+        layer_types=types,
         weight_files=weights,
     )
 
@@ -182,18 +207,51 @@ def _speculators(root: Path, raw: dict[str, Any], weights: tuple[str, ...]) -> D
 def _untrainable(config: Mapping[str, Any], prefix: str) -> list[tuple[str, Any]]:
     """The keys of one config level that ask for attention specdraft cannot train."""
     found: list[tuple[str, Any]] = []
-    for key in ("use_sliding_window", "use_swa", "is_causal", "attention_bias"):
+    # A `use_swa` outside `dflash_config` is read by no engine specdraft knows of (vLLM and
+    # llama.cpp's converter read dflash_config.use_swa): which layers slide is unclear.
+    for key in ("use_swa", "is_causal", "attention_bias"):
         if config.get(key):
             found.append((prefix + key, config[key]))
     layer_types = config.get("layer_types") or []
     for index, kind in enumerate(layer_types):
-        if kind != "full_attention":
+        if kind not in LAYER_TYPES:
             found.append((f"{prefix}layer_types[{index}]", kind))
     for key, value in config.items():
         # Attention sinks go by several names (attention_sink, num_sink_tokens, sink_size).
         if "sink" in key.lower() and value not in (None, False, 0, [], {}):
             found.append((prefix + key, value))
     return found
+
+
+def _sliding(
+    config: Mapping[str, Any], nested: Mapping[str, Any], num_layers: int | None
+) -> tuple[int | None, tuple[str, ...] | None]:
+    """The folder's window and per-layer types, resolved as vLLM 0.32 does; (None, types)
+    when no layer slides."""
+    listed = config.get("layer_types")
+    types = tuple(listed) if isinstance(listed, list) else None
+    any_sliding = types is not None and SLIDING_ATTENTION in types
+    if nested.get("use_swa") and not any_sliding and num_layers is not None:
+        types, any_sliding = (SLIDING_ATTENTION,) * num_layers, True
+    if types is None and num_layers is not None:
+        types = (FULL_ATTENTION,) * num_layers
+    if not any_sliding:
+        return None, types
+    window = nested.get("swa_window_size") or config.get("sliding_window")
+    return _int(window), types
+
+
+def _causal_sliding(
+    types: tuple[str, ...] | None, stated_non_causal: bool, how: str
+) -> list[tuple[str, Any]]:
+    """Sliding layers that run causal because the folder does not say they are not."""
+    if stated_non_causal or types is None:
+        return []
+    return [
+        (f"layer_types[{index}]", f"{kind} (causal: the folder does not state {how})")
+        for index, kind in enumerate(types)
+        if kind == SLIDING_ATTENTION
+    ]
 
 
 def _shape(config: Mapping[str, Any]) -> dict[str, int | None]:

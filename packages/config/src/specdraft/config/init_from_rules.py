@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .attention_layers import LAYER_TYPES, draft_layer_types
 from .draft_folder import DraftFolder, DraftFolderError, read_draft_folder
 from .families import family_rules
 from .finding import Problem, key_text
@@ -59,8 +60,9 @@ def folder_problems(
             "SD333",
             _KEY,
             f"{folder.described} has {key} = {value!r}, which specdraft cannot train: its "
-            "draft blocks are full bidirectional attention without sliding windows, attention "
-            "sinks or attention biases; start from fresh weights (drop model.init_from)",
+            "draft blocks attend both ways (full or sliding-window attention), without "
+            "attention sinks or attention biases; start from fresh weights (drop "
+            "model.init_from)",
         )
         for key, value in folder.untrainable
     ]
@@ -93,7 +95,17 @@ def compared_fields(
         (("model", "target_layer_ids"), list(model.target_layer_ids), folder.target_layer_ids),
         (("model", "mask_token_id"), model.mask_token_id, folder.mask_token_id),
         (("model", "draft_vocab_size"), model.draft_vocab_size, folder.draft_vocab_size),
+        (("model", "sliding_window"), model.sliding_window, folder.sliding_window),
     ]
+    # Each layer's attention type, as both sides resolve it (a window and no list: all slide).
+    # (Only layer types specdraft trains: another kind is already refused, SD333.)
+    if (
+        folder.layer_types is not None
+        and set(folder.layer_types) <= set(LAYER_TYPES)
+        and model.num_draft_layers == folder.num_layers
+    ):
+        types = list(draft_layer_types(model))
+        rows.append((("model", "layer_types"), types, list(folder.layer_types)))
     # The draft's MLP width: the config's, else the target's.
     width = model.draft_intermediate_size or (info.intermediate_size if info else None)
     if width is not None:
@@ -113,12 +125,17 @@ def compared_fields(
     return [row for row in rows if _stated(*row)]
 
 
+# Fields whose absence in a folder states something: the whole vocabulary, full attention.
+_ABSENT_STATES = (("model", "draft_vocab_size"), ("model", "sliding_window"))
+
+
 def _stated(key: KeyPath, current: Any, stated: Any) -> bool:
     """Whether the folder states the field (a target fact, a (name, value) pair, on both
-    sides); an absent draft_vocab_size states the whole vocabulary."""
+    sides); an absent draft_vocab_size states the whole vocabulary, an absent window full
+    attention."""
     if isinstance(stated, tuple):
         return stated[1] is not None and current[1] is not None
-    return stated is not None or key == ("model", "draft_vocab_size")
+    return stated is not None or key in _ABSENT_STATES
 
 
 def _theta(folder: DraftFolder) -> tuple[str, float | None]:

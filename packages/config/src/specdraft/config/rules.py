@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .attention_rules import attention_problems
 from .draft_vocab_rules import draft_vocab_problems, draft_vocab_target_problems
 from .families import family_rules, options_tables_ignored
 from .finding import Problem
@@ -38,7 +39,7 @@ def check_config(
     """Every soft finding of a valid config; `target` overrides model.target for target checks."""
     problems = shape_problems(config) + unused_table_problems(config, document)
     problems += tracking_problems(config) + draft_vocab_problems(config)
-    problems += label_problems(config)
+    problems += label_problems(config) + attention_problems(config)
     problems += family_rules(config.model.algorithm).config_checks(config)
     info, unreadable = load_target(config, target)
     if unreadable is not None:

@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from . import tracking, training_backends
+from .attention_layers import ATTENTION_RULE_TYPES, LayerType, attention_layer_rules
 from .families import FAMILY_NAMES, FAMILY_RULES, FamilyTables, family_rule_types, family_rules
 from .registry import listed
 from .sampler_mode import anchor_grouping_with_bucket_sync, enabled_fields
@@ -120,6 +121,26 @@ class _ModelFields(_Section):
         "llama.cpp (all three, `specdraft export --format gguf`); see serve.engines.",
     )
 
+    sliding_window: PositiveInt | None = Field(
+        None,
+        le=MAX_TOKENS_PER_SAMPLE,
+        description="Sliding-window attention for the draft's layers (off: full attention): "
+        "a draft token at position p sees a context token at position j only when p - j < "
+        "sliding_window; the tokens of its own block always see each other, so the window must "
+        "be at least block_size. Every layer slides unless layer_types says which. Part of the "
+        "mask, not of the shapes (buckets and anchor widths are unchanged); training and "
+        "evaluation use it, and every export writes it where the engines read it (vLLM, "
+        "llama.cpp; SGLang serves it causal, see serve.engines). A window at or above "
+        "data.max_length never cuts a key in training (warning SD334).",
+    )
+    layer_types: list[LayerType] | None = Field(
+        None,
+        description="Attention of each draft layer, one entry per layer (num_draft_layers): "
+        "'full_attention' or 'sliding_attention' (the HF / vLLM config key). Unset: every "
+        "layer slides when sliding_window is set, none otherwise. Mixed layers are served by "
+        "vLLM only under its V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1, note SD336).",
+    )
+
     init_from: str | None = Field(
         None,
         description="Start training from the weights of a DFlash-family draft folder instead "
@@ -128,8 +149,9 @@ class _ModelFields(_Section):
         "DFlash drafts follow the sglang one). Its config.json must agree with this table "
         "(algorithm, block_size, num_draft_layers, target_layer_ids, mask_token_id, "
         "draft_vocab_size, the family's options) and with the target (vocabulary, hidden size, "
-        "attention shape); `specdraft lint` names each field that differs (SD332) and refuses "
-        "what specdraft cannot train, such as sliding-window layers or attention sinks (SD333). "
+        "attention shape, sliding_window and layer_types); `specdraft lint` names each field that "
+        "differs (SD332) and refuses what specdraft cannot train, such as attention sinks, "
+        "causal blocks or sliding-window layers the folder does not say are non-causal (SD333). "
         "The target's embedding and LM head stay the target's; a draft vocabulary keeps the "
         "folder's tokens. The sha256 of its safetensors is part of the run: a resume with "
         "other weights there is refused.",
@@ -160,6 +182,11 @@ class _ModelFields(_Section):
     @model_validator(mode="after")
     def _algorithm_options(self) -> _ModelFields:
         family_rules(self.algorithm).option_rules(self)
+        return self
+
+    @model_validator(mode="after")
+    def _attention_layers(self) -> _ModelFields:
+        attention_layer_rules(self)
         return self
 
 
@@ -833,5 +860,6 @@ RULE_TYPES = (
     "soft_labels_without_topk",
     "target_labels_disaggregated",
     "above_limit",
+    *ATTENTION_RULE_TYPES,
     *family_rule_types(),
 )

@@ -11,6 +11,8 @@ from pathlib import Path
 from ..models.backbone import DraftModel
 from .draft_vocab import refuse_draft_vocab
 from .options import ExportOptions
+from .sliding_window import sglang_refusal
+from .source import ExportRefused
 
 # Read in SGLang 0.5.23: models/dflash.py and models/dspark.py take their logits (and DFlash2's
 # candidates) from the target's lm_head, restricted to its original vocabulary.
@@ -24,5 +26,8 @@ _NO_DRAFT_VOCAB = (
 def write_sglang(model: DraftModel, folder: Path, options: ExportOptions) -> list[str]:
     """Write config.json and model.safetensors; nothing is left out."""
     refuse_draft_vocab(model, "sglang", _NO_DRAFT_VOCAB, options.checkpoint)
+    reason = sglang_refusal(model.config)
+    if reason is not None:
+        raise ExportRefused(f"cannot export {options.checkpoint} as --format sglang: {reason}")
     model.save_pretrained(str(folder), safe_serialization=True)
     return []

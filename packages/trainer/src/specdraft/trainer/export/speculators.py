@@ -10,8 +10,9 @@ the sglang export's file, byte for byte; a draft vocabulary adds its `lm_head` r
 the draft), `draft_vocab_size` and the `t2d` / `d2t` buffers (draft_vocab.py). vLLM converts
 this format in `transformers_utils/configs/speculators/algos.py`, which sets
 `dflash_config.causal` to `not sliding_window_non_causal`: specdraft's blocks are
-bidirectional, hence true. The per-family part (model type, architecture, keys) is the
-family's `SpeculatorsLayout` in models/<family>/family.py.
+bidirectional, hence true (sliding-window layers too; their keys are in
+`transformer_layer_config`, sliding_window.py). The per-family part (model type, architecture,
+keys) is the family's `SpeculatorsLayout` in models/<family>/family.py.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..models.family_spec import DraftFamily
 from .draft_vocab import refuse_draft_vocab, vocab_tensors
 from .layer_ids import aux_hidden_state_ids
 from .options import ExportOptions
+from .sliding_window import layer_window_keys
 from .source import ExportRefused
 
 SPECULATORS_VERSION = "0.9.0"
@@ -79,13 +81,7 @@ def speculators_config(
     block_size = int(config["block_size"])
     sample_from_anchor = family.sample_from_anchor  # DSpark's slot k predicts anchor + k + 1
     layers = {key: config[key] for key in _LAYER_KEYS if key in config}
-    layers.update(
-        model_type="qwen3",
-        tie_word_embeddings=False,
-        use_sliding_window=False,
-        sliding_window=None,
-        layer_types=["full_attention"] * int(config["num_hidden_layers"]),
-    )
+    layers.update(model_type="qwen3", tie_word_embeddings=False, **layer_window_keys(config))
     out: dict[str, Any] = {
         "architectures": [architecture],
         "speculators_model_type": model_type,

@@ -11,7 +11,8 @@ vanilla Markov head only. `v1/worker/gpu/spec_decode/dflash/speculator.py` refus
 speculator reads a top-level `sample_from_anchor`, default true. Weights: the loaders prefix
 every name with `model.` and read the draft's own modules; embed_tokens and lm_head are shared
 from the target when absent, as full-vocabulary drafts have none. A draft vocabulary ships its
-`lm_head` rows, `draft_vocab_size` and `d2t` (draft_vocab.py).
+`lm_head` rows, `draft_vocab_size` and `d2t` (draft_vocab.py). A sliding window adds its
+`dflash_config` keys (sliding_window.py).
 
 What differs per family (architecture, tensors, keys, what vLLM cannot build) is the family's
 `VllmLayout` in models/<family>/family.py; this module applies it.
@@ -31,6 +32,7 @@ from ..models.family_spec import DraftFamily, VllmLayout
 from .draft_vocab import refuse_draft_vocab, vocab_tensors, without_specdraft_keys
 from .layer_ids import engine_layer_ids
 from .options import ExportOptions
+from .sliding_window import vllm_window_keys
 from .source import ExportRefused
 
 # Tensors every family's vLLM loader reads (the backbone); each family adds its own
@@ -84,6 +86,7 @@ def vllm_config(family: DraftFamily, config: dict[str, Any]) -> dict[str, Any]:
         "target_layer_ids": engine_layer_ids(config["target_layer_ids"]),
         "mask_token_id": int(config["mask_token_id"]),
         **layout.dflash_config_keys(config),
+        **vllm_window_keys(config),
     }
     if not sample_from_anchor:
         # The DSpark speculator subclasses DFlash's, which refuses this key when true.

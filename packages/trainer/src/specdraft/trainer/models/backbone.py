@@ -11,6 +11,9 @@ frozen, passed in as a `TargetHead`. With a draft vocabulary (`draft_vocab_size`
 Module names (`fc`, `hidden_norm`, `layers.N.*`, `norm`, `lm_head`) are those of the DFlash
 checkpoints SGLang and vLLM load.
 
+A sliding-window layer (`config.layer_windows()`) gets the same mask cut to its window
+(masks.py); the shapes do not change.
+
 A packed batch (with `document_ids`, see documents.py) runs the same graph with per-row
 positions: context RoPE from `position_ids`, block positions position_ids[anchor] + k, a mask
 that keeps each block inside its anchor's document, and labels cut at the document's end. With
@@ -221,11 +224,16 @@ class DraftModel(PreTrainedModel):
             self.compute_dtype,
             context_positions,
         )
-        mask = build_block_mask(
-            anchors, keep, length, self.block_size, attention_backend, document_ids
-        )
-        for layer in self.layers:
-            hidden = layer(hidden, context, rotary, mask)
+        # One mask per distinct window (sliding-window and full layers differ only there).
+        windows = self.config.layer_windows()
+        masks = {
+            window: build_block_mask(
+                anchors, keep, length, self.block_size, attention_backend, document_ids, window
+            )
+            for window in dict.fromkeys(windows)
+        }
+        for layer, window in zip(self.layers, windows, strict=True):
+            hidden = layer(hidden, context, rotary, masks[window])
         hidden = self.norm(hidden)
         return hidden.view(batch, num_anchors, self.block_size, -1)
 

@@ -7,7 +7,10 @@ from `architectures`. `DFlashDraftConfig` holds the keys every family shares (th
 subclass, with its own keys and default `architectures`, is `models/<family>/hf_config.py`.
 
 The draft's attention shape, norm eps and RoPE theta are the target's; the draft always uses
-default RoPE (no scaling), which is what the checkpoint then declares.
+default RoPE (no scaling), which is what the checkpoint then declares. A sliding window
+(`model.sliding_window`, `model.layer_types`) is Qwen3's own keys: `use_sliding_window`,
+`sliding_window` and `layer_types`, the ones engines read; without one they keep Qwen3's
+defaults, so a full-attention draft's config.json is what it was before windows existed.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 
 from huggingface_hub.dataclasses import strict
 from transformers import Qwen3Config
+
+from specdraft.config.attention_layers import SLIDING_ATTENTION, draft_layer_types
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +53,16 @@ class DFlashDraftConfig(Qwen3Config):
             raise ValueError(
                 f"draft_vocab_ids holds {len(ids)} tokens but draft_vocab_size is {size}"
             )
+
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's sliding window in tokens (None: full attention)."""
+        types = self.layer_types or ["full_attention"] * self.num_hidden_layers
+        if SLIDING_ATTENTION in types and self.sliding_window is None:
+            raise ValueError(
+                "the draft config lists sliding_attention layers but has no sliding_window "
+                "(use_sliding_window must be true, with the window in tokens)"
+            )
+        return tuple(self.sliding_window if kind == SLIDING_ATTENTION else None for kind in types)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as a dict; without a draft vocabulary its two keys are left out, so a
@@ -112,6 +127,19 @@ def backbone_kwargs(model_cfg: Any, target_config: Any) -> dict:
         "num_target_layers": int(text.num_hidden_layers),
         "mask_token_id": int(model_cfg.mask_token_id),
         "draft_vocab_size": model_cfg.draft_vocab_size,
+        **sliding_kwargs(model_cfg),
+    }
+
+
+def sliding_kwargs(model_cfg: Any) -> dict[str, Any]:
+    """Qwen3's window keys for `model.sliding_window` / `model.layer_types` (none without)."""
+    window = getattr(model_cfg, "sliding_window", None)
+    if window is None:
+        return {}
+    return {
+        "use_sliding_window": True,
+        "sliding_window": int(window),
+        "layer_types": list(draft_layer_types(model_cfg)),
     }
 
 

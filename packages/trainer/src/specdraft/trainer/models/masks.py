@@ -14,6 +14,12 @@ A packed batch (`document_ids` [B, S], see documents.py) adds one condition to t
 a kept block anchored at a sees context key j only if document_ids[j] == document_ids[a], so a
 document never sees another one packed before it. Without `document_ids` the builders are
 exactly the unpacked ones.
+
+A sliding window (`window`, a layer's `sliding_window`) adds one more: a kept query at position
+p = anchor_b + k sees context key j only if p - j < window (the current token counts, as in the
+HF, vLLM and llama.cpp windows). Keys of its own block are never cut: the config requires
+window >= block_size. In a packed row the key is in the anchor's document, so row offsets are
+document positions and the rule reads the same. `window=None` is full attention.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ def dense_block_mask(
     context_len: int,
     block_size: int,
     document_ids: Tensor | None = None,
+    window: int | None = None,
 ) -> Tensor:
     """Boolean SDPA mask [B, 1, T, S + T] (True = may attend), T = num_anchors * block_size."""
     num_queries = anchors.shape[1] * block_size
@@ -50,6 +57,11 @@ def dense_block_mask(
         & (key_index[None, None, :] < query_anchor[:, :, None])
         & query_keep[:, :, None]
     )
+    if window is not None:
+        query_position = query_anchor + query_index % block_size  # [B, T]
+        sees_context = sees_context & (
+            query_position[:, :, None] - key_index[None, None, :] < window
+        )
     if document_ids is not None:
         sees_context = sees_context & _same_document_keys(
             document_ids, anchors, block_size, num_queries
@@ -79,15 +91,28 @@ def flex_block_mask(
     context_len: int,
     block_size: int,
     document_ids: Tensor | None = None,
+    window: int | None = None,
 ) -> BlockMask:
     """flex_attention BlockMask with exactly the semantics of `dense_block_mask`."""
     batch, num_anchors = anchors.shape
     num_queries = num_anchors * block_size
+    mask_mod = block_mask_mod(anchors, keep, context_len, block_size, document_ids, window)
+    return create_block_mask(
+        mask_mod, batch, None, num_queries, context_len + num_queries, device=anchors.device
+    )
+
+
+def block_mask_mod(
+    anchors: Tensor,
+    keep: Tensor,
+    context_len: int,
+    block_size: int,
+    document_ids: Tensor | None = None,
+    window: int | None = None,
+):
+    """The flex mask_mod(b, h, q_idx, kv_idx) of `dense_block_mask`'s rule."""
     if document_ids is not None:
-        mask_mod = _document_mask_mod(anchors, keep, context_len, block_size, document_ids)
-        return create_block_mask(
-            mask_mod, batch, None, num_queries, context_len + num_queries, device=anchors.device
-        )
+        return _document_mask_mod(anchors, keep, context_len, block_size, document_ids, window)
 
     def mask_mod(b, h, q_idx, kv_idx):
         block = q_idx // block_size
@@ -96,17 +121,22 @@ def flex_block_mask(
         draft_idx = kv_idx - context_len
         is_context = kv_idx < context_len
         sees_context = is_context & (kv_idx < anchor) & kept
+        if window is not None:
+            sees_context = sees_context & (anchor + q_idx % block_size - kv_idx < window)
         sees_block = (~is_context) & (draft_idx // block_size == block) & kept
         sees_self = (draft_idx == q_idx) & ~kept
         return sees_context | sees_block | sees_self
 
-    return create_block_mask(
-        mask_mod, batch, None, num_queries, context_len + num_queries, device=anchors.device
-    )
+    return mask_mod
 
 
 def _document_mask_mod(
-    anchors: Tensor, keep: Tensor, context_len: int, block_size: int, document_ids: Tensor
+    anchors: Tensor,
+    keep: Tensor,
+    context_len: int,
+    block_size: int,
+    document_ids: Tensor,
+    window: int | None,
 ):
     """The flex mask_mod of a packed batch: the unpacked rule plus 'same document as the anchor'."""
     anchor_document = document_ids.gather(1, anchors)
@@ -121,6 +151,8 @@ def _document_mask_mod(
         key_document = document_ids[b, kv_idx.clamp(max=context_len - 1)]
         same_document = key_document == anchor_document[b, block]
         sees_context = is_context & (kv_idx < anchor) & kept & same_document
+        if window is not None:
+            sees_context = sees_context & (anchor + q_idx % block_size - kv_idx < window)
         sees_block = (~is_context) & (draft_idx // block_size == block) & kept
         sees_self = (draft_idx == q_idx) & ~kept
         return sees_context | sees_block | sees_self
@@ -135,12 +167,13 @@ def build_block_mask(
     block_size: int,
     backend: str,
     document_ids: Tensor | None = None,
+    window: int | None = None,
 ) -> Tensor | BlockMask:
     """The mask for `backend` ('sdpa' -> dense bool tensor, 'flex' -> BlockMask)."""
     if backend == "flex":
-        return flex_block_mask(anchors, keep, context_len, block_size, document_ids)
+        return flex_block_mask(anchors, keep, context_len, block_size, document_ids, window)
     if backend == "sdpa":
-        return dense_block_mask(anchors, keep, context_len, block_size, document_ids)
+        return dense_block_mask(anchors, keep, context_len, block_size, document_ids, window)
     raise ValueError(f"attention backend must be 'sdpa' or 'flex', got {backend!r}")
 
 
@@ -150,9 +183,10 @@ def both_block_masks(
     context_len: int,
     block_size: int,
     document_ids: Tensor | None = None,
+    window: int | None = None,
 ) -> tuple[Tensor, BlockMask]:
     """The dense and the flex mask of the same inputs (to compare the backends)."""
     return (
-        dense_block_mask(anchors, keep, context_len, block_size, document_ids),
-        flex_block_mask(anchors, keep, context_len, block_size, document_ids),
+        dense_block_mask(anchors, keep, context_len, block_size, document_ids, window),
+        flex_block_mask(anchors, keep, context_len, block_size, document_ids, window),
     )

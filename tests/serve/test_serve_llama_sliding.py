@@ -1,0 +1,44 @@
+"""A sliding-window draft trained one step and exported for llama.cpp build 11434: the GGUF that
+llama.cpp's converter writes carries the window, the per-layer pattern and non-causal blocks,
+the keys dflash.cpp builds its SWA cache and mask from. (llama-server serving it is not run.)"""
+
+from __future__ import annotations
+
+import pytest
+from serve_support import gguf_contents, llama_cpp_build
+
+pytestmark = [
+    pytest.mark.serve,
+    pytest.mark.slow,
+    pytest.mark.subprocess,
+    pytest.mark.timeout(1800),
+]
+
+
+@pytest.mark.parametrize("family", ["dflash", "dspark"])
+def test_a_sliding_draft_s_gguf_carries_the_window_and_its_layers(
+    family, tiny_target_path, tmp_path
+):
+    from test_serve_llama_gguf import one_step
+
+    from specdraft.trainer.export import export_checkpoint
+
+    llama = llama_cpp_build()
+    model = {
+        "algorithm": family,
+        "num_draft_layers": 2,
+        "sliding_window": 32,
+        "layer_types": ["sliding_attention", "full_attention"],
+    }
+    if family == "dspark":
+        model["dspark"] = {"confidence_uses_markov": True}
+    checkpoint = one_step(tiny_target_path, tmp_path / "run", **model)
+    out = tmp_path / "draft.gguf"
+    export_checkpoint(
+        checkpoint, out, format="gguf", verifier=str(tiny_target_path), dtype="float32"
+    )
+    keys = gguf_contents(llama, out)["keys"]
+    arch = keys["general.architecture"][1]
+    assert keys[f"{arch}.attention.sliding_window"][1] == 32, sorted(keys)
+    assert keys[f"{arch}.attention.sliding_window_pattern"][1] == [True, False]
+    assert keys[f"{arch}.attention.causal"][1] is False
