@@ -111,8 +111,9 @@ def block_mask_mod(
     window: int | None = None,
 ):
     """The flex mask_mod(b, h, q_idx, kv_idx) of `dense_block_mask`'s rule."""
-    if document_ids is not None:
-        return _document_mask_mod(anchors, keep, context_len, block_size, document_ids, window)
+    # Packed batches add "same document as the anchor" to the context rule; the condition is
+    # chosen here, outside mask_mod, so an unpacked batch traces exactly the unpacked rule.
+    anchor_document = None if document_ids is None else document_ids.gather(1, anchors)
 
     def mask_mod(b, h, q_idx, kv_idx):
         block = q_idx // block_size
@@ -121,36 +122,10 @@ def block_mask_mod(
         draft_idx = kv_idx - context_len
         is_context = kv_idx < context_len
         sees_context = is_context & (kv_idx < anchor) & kept
-        if window is not None:
-            sees_context = sees_context & (anchor + q_idx % block_size - kv_idx < window)
-        sees_block = (~is_context) & (draft_idx // block_size == block) & kept
-        sees_self = (draft_idx == q_idx) & ~kept
-        return sees_context | sees_block | sees_self
-
-    return mask_mod
-
-
-def _document_mask_mod(
-    anchors: Tensor,
-    keep: Tensor,
-    context_len: int,
-    block_size: int,
-    document_ids: Tensor,
-    window: int | None,
-):
-    """The flex mask_mod of a packed batch: the unpacked rule plus 'same document as the anchor'."""
-    anchor_document = document_ids.gather(1, anchors)
-
-    def mask_mod(b, h, q_idx, kv_idx):
-        block = q_idx // block_size
-        anchor = anchors[b, block]
-        kept = keep[b, block]
-        draft_idx = kv_idx - context_len
-        is_context = kv_idx < context_len
-        # Draft keys index past the context: clamp them into range; is_context drops them.
-        key_document = document_ids[b, kv_idx.clamp(max=context_len - 1)]
-        same_document = key_document == anchor_document[b, block]
-        sees_context = is_context & (kv_idx < anchor) & kept & same_document
+        if anchor_document is not None:
+            # Draft keys index past the context: clamp them into range; is_context drops them.
+            key_document = document_ids[b, kv_idx.clamp(max=context_len - 1)]
+            sees_context = sees_context & (key_document == anchor_document[b, block])
         if window is not None:
             sees_context = sees_context & (anchor + q_idx % block_size - kv_idx < window)
         sees_block = (~is_context) & (draft_idx // block_size == block) & kept

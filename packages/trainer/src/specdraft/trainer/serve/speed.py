@@ -57,10 +57,8 @@ def served_speed(
     log: Path | None = None,
     timeout: float = 3600,
     on_start: Callable[[str], None] | None = None,
-    draft_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """Tokens/s at batch 1 and at `batch` for no speculation, the draft and n-gram, both
-    proposing `draft_tokens` a step (default: the block's, block_size - 1; DSpark block_size)."""
+    """Tokens/s at batch 1 and at `batch` for no speculation, the draft and n-gram."""
     from ..export import export_checkpoint
     from .served import served_inputs, served_request
 
@@ -70,9 +68,7 @@ def served_speed(
         draft = Path(tmp) / "draft"
         export_checkpoint(checkpoint, draft, format="vllm", dtype=dtype)
         request = served_request(config, draft, family, prompts, dtype, "speed", max_tokens)
-        if draft_tokens is None:
-            draft_tokens = request["num_speculative_tokens"]
-        request["num_speculative_tokens"] = draft_tokens
+        draft_tokens = request["num_speculative_tokens"]
         request["batch1_prompts"] = min(batch1_prompts, len(prompts))
         request["settings"] = speed_settings(draft, request["method"], draft_tokens, draft_tokens)
         child = run_vllm_child(request, python=python, log=log, timeout=timeout)
