@@ -40,7 +40,8 @@ def draft_layer_types(model: Any) -> tuple[str, ...]:
     if model.layer_types is not None:
         return tuple(model.layer_types)
     kind = SLIDING_ATTENTION if model.sliding_window is not None else FULL_ATTENTION
-    return (kind,) * model.num_draft_layers
+    count: int = model.num_draft_layers
+    return (kind,) * count
 
 
 def layer_windows(model: Any) -> tuple[int | None, ...]:
