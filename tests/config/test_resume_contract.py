@@ -63,6 +63,18 @@ def test_the_fingerprint_is_the_one_older_checkpoints_hold() -> None:
     pruned = run_fingerprint(load_config(EXAMPLE, ["model.draft_vocab_size=256"]), data="d")
     assert pruned == {**OLDER_FINGERPRINT, "draft_vocab_size": 256}
     assert with_defaults(OLDER_FINGERPRINT)["draft_vocab_size"] is None
+    # Attention windows are part of the draft's identity, recorded only when a layer slides.
+    config = load_config(EXAMPLE, ["model.sliding_window=64"])
+    windows = [64] * config.model.num_draft_layers
+    slid = run_fingerprint(config, data="d")
+    assert slid == {**OLDER_FINGERPRINT, "model.layer_windows": windows}
+    assert with_defaults(OLDER_FINGERPRINT)["model.layer_windows"] is None
+    # A window no layer uses (every layer full) is the old fingerprint.
+    full = ["model.num_draft_layers=2", "model.sliding_window=64",
+            "model.layer_types=['full_attention','full_attention']"]  # fmt: skip
+    assert run_fingerprint(load_config(EXAMPLE, full), data="d") == {
+        **OLDER_FINGERPRINT, "num_draft_layers": 2
+    }
     # The weights a run started from: their sha256, which the run supplies, only when set.
     started = run_fingerprint(load_config(EXAMPLE), data="d", init_weights="sha256:ab")
     assert started == {**OLDER_FINGERPRINT, "model.init_from": "sha256:ab"}
@@ -79,6 +91,7 @@ def test_identity_and_data_order_fields_are_the_rows() -> None:
         "mask_token_id",
         "max_length",
         "draft_vocab_size",
+        "model.layer_windows",
         "model.init_from",
         "data.labels",
         "training.soft_label_topk",

@@ -50,3 +50,16 @@ def test_a_resume_on_other_labels_is_refused_naming_them(tmp_path: Path) -> None
     )
     saved_soft = run_fingerprint(load_config(EXAMPLE, soft), "d")
     assert check_fingerprint(saved_soft, lighter, tmp_path) == []
+
+
+def test_a_resume_under_another_attention_window_is_refused(tmp_path: Path) -> None:
+    # Weights trained with full attention (a checkpoint from before the option) or one window
+    # are another draft under another window: refused, naming the field.
+    full = run_fingerprint(load_config(EXAMPLE), "d")
+    slid = run_fingerprint(load_config(EXAMPLE, ["model.sliding_window=512"]), "d")
+    with pytest.raises(CheckpointMismatch, match=r"model\.layer_windows: checkpoint has None"):
+        check_fingerprint(full, slid, tmp_path, allow_changed=("training.seed",))
+    wider = run_fingerprint(load_config(EXAMPLE, ["model.sliding_window=1024"]), "d")
+    with pytest.raises(CheckpointMismatch, match=r"model\.layer_windows: checkpoint has \[512"):
+        check_fingerprint(slid, wider, tmp_path)
+    assert check_fingerprint(slid, slid, tmp_path) == []

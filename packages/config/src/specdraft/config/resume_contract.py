@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .attention_layers import layer_windows
 from .sampler_mode import MODE_FIELDS, MODE_SELECTING_FIELDS, SamplerMode, mode_of, sampler_mode
 
 if TYPE_CHECKING:
@@ -75,6 +76,12 @@ class ResumeField:
         return self.name in MODE_SELECTING_FIELDS
 
 
+def _layer_windows(config: Config) -> list[int | None] | None:
+    """Each draft layer's window, or None when every layer attends to the whole context."""
+    windows = list(layer_windows(config.model))
+    return windows if any(w is not None for w in windows) else None
+
+
 RESUME_CONTRACT: tuple[ResumeField, ...] = (
     # The draft's identity: the checkpoint's weights mean nothing under other values.
     ResumeField("algorithm", "the draft family", lambda c: c.model.algorithm),
@@ -92,6 +99,15 @@ RESUME_CONTRACT: tuple[ResumeField, ...] = (
         "draft_vocab_size",
         "the tokens the draft can propose (its head's rows)",
         lambda c: c.model.draft_vocab_size,
+        default=None,
+    ),
+    # Each layer's attention window (model.sliding_window and model.layer_types): the weights
+    # learned under one window are another draft under another. Full attention everywhere is
+    # the value checkpoints from before the option had.
+    ResumeField(
+        "model.layer_windows",
+        "each draft layer's attention window (model.sliding_window, model.layer_types)",
+        _layer_windows,
         default=None,
     ),
     # The weights the run started from (model.init_from): the sha256 of the folder's

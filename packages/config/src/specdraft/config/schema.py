@@ -131,7 +131,8 @@ class _ModelFields(_Section):
         "mask, not of the shapes (buckets and anchor widths are unchanged); training and "
         "evaluation use it, and every export writes it where the engines read it (vLLM, "
         "llama.cpp; SGLang serves it causal, see serve.engines). A window at or above "
-        "data.max_length never cuts a key in training (warning SD334).",
+        "data.max_length never cuts a key in training (warning SD334). Part of the run: a "
+        "resume under other windows (this or layer_types) is refused.",
     )
     layer_types: list[LayerType] | None = Field(
         None,
