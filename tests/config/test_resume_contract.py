@@ -73,7 +73,8 @@ def test_the_fingerprint_is_the_one_older_checkpoints_hold() -> None:
     full = ["model.num_draft_layers=2", "model.sliding_window=64",
             "model.layer_types=['full_attention','full_attention']"]  # fmt: skip
     assert run_fingerprint(load_config(EXAMPLE, full), data="d") == {
-        **OLDER_FINGERPRINT, "num_draft_layers": 2
+        **OLDER_FINGERPRINT,
+        "num_draft_layers": 2,
     }
     # The weights a run started from: their sha256, which the run supplies, only when set.
     started = run_fingerprint(load_config(EXAMPLE), data="d", init_weights="sha256:ab")
