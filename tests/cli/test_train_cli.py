@@ -293,3 +293,16 @@ def test_two_sets_of_one_key_report_the_one_in_effect(tiny_config, no_launch):
     assert result.exit_code == 2
     assert f"(from --set {last})" in result.output
     assert f"(from --set {first})" not in result.output
+
+
+def test_dry_run_names_what_a_sliding_window_saves(tiny_config, no_launch):
+    plain = plan_lines(train(str(tiny_config), "--dry-run").output)
+    assert "attention" not in plain
+    result = train(str(tiny_config), "--dry-run", "--set", "model.sliding_window=64")
+    assert result.exit_code == 0, result.output
+    line = plan_lines(result.output)["attention"]
+    # buckets 128, 256 (see above): a 64-key window skips more of the longer bucket's keys.
+    assert line.startswith("windows 64")
+    shares = [int(part.split("%")[0].split()[-1]) for part in line.split(" at ")[:-1]]
+    assert len(shares) == 2 and 0 < shares[0] < shares[1] < 100
+    assert "saves no CPU time or memory" in line

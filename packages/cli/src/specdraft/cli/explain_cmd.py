@@ -117,9 +117,10 @@ def explain_buckets(
 
     Prints the pad policy, the micro-batches per bucket, pad-to-longest / static_shapes / the
     configured buckets (and, with training.packing, packed rows) side by side (computed
-    positions per real token), the compile plan, and
-    warnings about unused, rare or suboptimal buckets. The corpus is tokenised as training
-    would; --lengths FILE or --longest N skip it. No model is built.
+    positions per real token), with sliding-window draft layers the attention keys the windows
+    skip per bucket, the compile plan, and warnings about unused, rare or suboptimal buckets.
+    The corpus is tokenised as training would; --lengths FILE or --longest N skip it. No model
+    is built.
     """
     from specdraft.config import ConfigError, ShapePolicy, load_config
 

@@ -10,6 +10,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from specdraft.config import BUCKET_QUANTUM, PadTo, ShapePolicy
+from specdraft.config.attention_layers import layer_windows
 from specdraft.config.sampler_mode import SamplerMode, bucket_free_mode, sampler_mode
 
 from .accounting import PaddingReport, account_padding, plan_micro_batches
@@ -25,6 +26,7 @@ from .length_source import LengthSource
 from .packing_accounting import PackingStats, account_packing
 from .samplers import MicroBatch
 from .suggest import bucket_cost, grid_weights, optimal_buckets
+from .window_savings import bucket_attention
 
 if TYPE_CHECKING:
     from specdraft.config import Config
@@ -112,6 +114,7 @@ def build_report(
         "packing": None,
         "longest": None,
         "histogram": None,
+        "attention": None,
     }
     if shapes.packing:
         report["pad_policy"]["packing"] = True  # unpacked reports keep their exact keys
@@ -180,10 +183,37 @@ def build_report(
         report["anchors"] = _anchor_section(
             config, shapes, lengths, source.anchor_counts, suggest_anchors_k, report["warnings"]
         )
+    report["attention"] = _attention_section(config, lengths, pad_to)
     edges = list(pad_to) if isinstance(pad_to, tuple) else []
     suggested = report["suggestion"]["buckets"] if report["suggestion"] else []
     report["histogram"] = length_histogram(lengths, data.max_length, edges, suggested)
     return report
+
+
+def _attention_section(config: Config, lengths: list[int], pad_to: PadTo) -> dict[str, Any] | None:
+    """What the draft's sliding-window layers save per pad length (None: no layer slides)."""
+    windows = layer_windows(config.model)
+    if all(w is None for w in windows):
+        return None
+    if pad_to is None:
+        edges = [config.data.max_length]
+    else:
+        edges = [pad_to] if isinstance(pad_to, int) else list(pad_to)
+    block = config.model.block_size
+    buckets = bucket_attention(
+        lengths,
+        edges,
+        windows=windows,
+        block_size=block,
+        num_queries=config.training.num_anchors * block,
+    )
+    full = sum(b.full_keys * b.samples for b in buckets)
+    windowed = sum(b.windowed_keys * b.samples for b in buckets)
+    return {
+        "windows": list(windows),
+        "buckets": [b.to_dict() for b in buckets],
+        "saved_share": 1.0 - windowed / full if full else 0.0,
+    }
 
 
 def _packing_stats(
