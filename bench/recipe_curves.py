@@ -155,6 +155,10 @@ def run_command(name: str, overrides: dict[str, str], features: Path, steps: int
         "run_id": json.dumps(f"curves-{name}"),
         "output_dir": json.dumps(str(out)),
         "training.max_steps": str(steps),
+        # The recipe's 4 epochs end a run at 860 steps whatever max_steps says: a cheaper
+        # variant's share of the budget needs more passes over the data (seen 2026-12-05:
+        # vocab16k stopped at 860 of its 1,721 steps).
+        "training.num_epochs": "100",
         "training.eval_interval": str(args.eval_every),
         "data.max_eval_samples": str(args.eval_samples),
         "training.save_interval": str(max(args.eval_every, 250)),

@@ -132,6 +132,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V")
     parser.add_argument("--speed-batch", type=int, default=16)
+    parser.add_argument(
+        "--speed-tokens", type=int, default=128, help="new tokens per prompt of vLLM's tokens/s"
+    )
     parser.add_argument("--no-speed", action="store_true", help="skip the tokens/s measurement")
     parser.add_argument(
         "--engines",
@@ -289,6 +292,7 @@ def main() -> None:
         done = step("served: specdraft eval --engine vllm --speed")
         run("bash", "scripts/vllm_cpu_venv.sh", "build/vllm-venv")  # a no-op when it is current
         speed = [] if args.no_speed else ["--speed", "--speed-batch", str(args.speed_batch)]
+        speed += [] if args.no_speed else ["--speed-tokens", str(args.speed_tokens)]
         report = run_dir / "served.json"
         command = [*eval_command, "--checkpoint", str(last), "--engine", "vllm", *speed]
         command += ["--format", "json"]

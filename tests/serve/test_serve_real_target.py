@@ -47,7 +47,8 @@ def test_a_smollm2_dflash_draft_serves_with_identical_outputs_at_its_estimated_a
     overrides = {**SMALL, "output_dir": json.dumps(str(run_dir))}
     args = [sys.executable, str(ROOT / "scripts" / "real_check.py"), "--work", str(tmp_path)]
     args += ["--train-count", "40", "--eval-count", "8", "--max-new-tokens", "48"]
-    args += ["--speed-batch", "4", "--llama-prompts", "4", "--llama-new-tokens", "32"]
+    args += ["--speed-batch", "4", "--speed-tokens", "64"]
+    args += ["--llama-prompts", "4", "--llama-new-tokens", "32"]
     args += ["--llama-targets", "f32", "--llama-few-tokens", "0"]
     args += [item for key, value in overrides.items() for item in ("--set", f"{key}={value}")]
     env = {**os.environ, "OMP_NUM_THREADS": "2"}

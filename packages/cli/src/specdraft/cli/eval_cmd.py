@@ -46,8 +46,9 @@ class EvalUsageError(click.ClickException):
     "--speed",
     is_flag=True,
     help="With --engine vllm: also measure output tokens/s of the target alone, with the draft "
-    "and with vLLM's n-gram speculation, at batch 1 and at --speed-batch (three more engines: "
-    "several minutes on CPU). With --engine llama.cpp: the same at batch 1 and with --parallel "
+    "and with vLLM's n-gram speculation, at batch 1 and at --speed-batch (the engines that "
+    "served the prompts, and one more for n-gram: several minutes on CPU). With --engine "
+    "llama.cpp: the same at batch 1 and with --parallel "
     "slots, for the target alone, the draft, llama.cpp's four n-gram modes and the draft at a "
     "synthetic acceptance (its measured one and every token accepted: the speed ceiling).",
 )
@@ -57,6 +58,13 @@ class EvalUsageError(click.ClickException):
     default=16,
     show_default=True,
     help="Prompts of the batched --speed measurement (the first held-out prompts).",
+)
+@click.option(
+    "--speed-tokens",
+    type=click.IntRange(min=1),
+    default=128,
+    show_default=True,
+    help="With --engine vllm --speed: new tokens per prompt of the tokens/s measurement.",
 )
 @click.option(
     "--target-gguf",
@@ -105,6 +113,7 @@ def eval_(
     vllm_python: str | None,
     speed: bool,
     speed_batch: int,
+    speed_tokens: int,
     target_gguf: str | None,
     threads: int,
     parallel: int,
@@ -159,7 +168,7 @@ def eval_(
             )
             return
         if engine == "vllm":
-            served(config, checkpoint, vllm_python, fmt, speed_batch if speed else 0)
+            served(config, checkpoint, vllm_python, fmt, speed_batch if speed else 0, speed_tokens)
             return
         from specdraft.trainer.train.eval_run import evaluate_checkpoint
 
@@ -188,7 +197,12 @@ def _names(value: str | None) -> list[str] | None:
 
 
 def served(
-    config: Any, checkpoint: str, vllm_python: str | None, fmt: str, speed_batch: int = 0
+    config: Any,
+    checkpoint: str,
+    vllm_python: str | None,
+    fmt: str,
+    speed_batch: int = 0,
+    speed_tokens: int = 128,
 ) -> None:
     """`--engine vllm`: vLLM's measured acceptance next to specdraft's estimate (and, with a
     `speed_batch`, tokens/s with and without the draft and with n-gram speculation)."""
@@ -208,29 +222,23 @@ def served(
         python = Path(vllm_python) if vllm_python else default_vllm_python()
         log.parent.mkdir(parents=True, exist_ok=True)
 
+        speed_words = (
+            ", then tokens/s: the target alone, with the draft, with n-gram speculation"
+            if speed_batch
+            else ""
+        )
+
         def starting(version: str) -> None:
             click.echo(
                 f"serving the held-out prompts with vLLM {version} ({python}), with the draft "
-                f"and without (a few minutes on CPU; vLLM's log: {log})",
+                f"and without{speed_words} (a few minutes on CPU; vLLM's log: {log})",
                 err=True,
             )
 
-        result = served_acceptance(config, checkpoint, python=python, log=log, on_start=starting)
-        if speed_batch and result["stage"] == "done":
-            from specdraft.trainer.serve.speed import served_speed
-
-            click.echo(
-                "measuring tokens/s: the target alone, with the draft, with n-gram speculation "
-                f"(vLLM's log: {log.with_name('vllm-speed.log')})",
-                err=True,
-            )
-            result["speed"] = served_speed(
-                config,
-                checkpoint,
-                python=python,
-                batch=speed_batch,
-                log=log.with_name("vllm-speed.log"),
-            )
+        result = served_acceptance(
+            config, checkpoint, python=python, log=log, on_start=starting,
+            speed_batch=speed_batch, speed_tokens=speed_tokens,
+        )  # fmt: skip
     except VllmUnavailable as exc:
         raise EvalUsageError(str(exc)) from None
     except VllmChildFailed as exc:

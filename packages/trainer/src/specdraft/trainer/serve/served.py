@@ -87,11 +87,18 @@ def served_acceptance(
     log: Path | None = None,
     timeout: float = 1800,
     on_start: Callable[[str], None] | None = None,
+    speed_batch: int = 0,
+    speed_batch1: int = 8,
+    speed_tokens: int = 128,
 ) -> dict[str, Any]:
     """vLLM's acceptance of the checkpoint's draft next to specdraft's estimate (see module);
-    `on_start(vllm_version)` is called once vLLM is found, before the long part."""
+    `on_start(vllm_version)` is called once vLLM is found, before the long part. With a
+    `speed_batch`, the same engines also measure tokens/s (speed.py) on that many held-out
+    prompts, `speed_batch1` of them one at a time, `speed_tokens` new tokens each: the result's
+    "speed"."""
     from ..export import export_checkpoint
     from ..train.eval_run import evaluate_checkpoint
+    from .speed import add_speed_request, speed_result
 
     version, family, dtype, records = served_inputs(config, checkpoint, python, on_start)
     prompts = [r.input_ids[: r.prompt_len].tolist() for r in records]
@@ -99,6 +106,12 @@ def served_acceptance(
         draft = Path(tmp) / "draft"
         export_checkpoint(checkpoint, draft, format="vllm", dtype=dtype)
         request = served_request(config, draft, family, prompts, dtype, mode="serve")
+        if speed_batch:
+            add_speed_request(
+                request, prompts[:speed_batch], batch1_prompts=speed_batch1,
+                max_tokens=speed_tokens,
+            )  # fmt: skip
+            timeout *= 3  # three more measurements, the n-gram engine among them
         child = run_vllm_child(request, python=python, log=log, timeout=timeout)
     result: dict[str, Any] = {
         "family": family,
@@ -109,6 +122,9 @@ def served_acceptance(
         "prompts": len(prompts),
         "num_speculative_tokens": request["num_speculative_tokens"],
     }
+    if speed_batch:
+        result["speed"] = speed_result({**child, "vllm_version": result["vllm_version"]},
+                                       request, family)  # fmt: skip
     if child["stage"] != "done":
         return result
     estimate = evaluate_checkpoint(config, checkpoint, records=records)

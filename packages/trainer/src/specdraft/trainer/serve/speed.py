@@ -1,22 +1,18 @@
 """Served speed: output tokens/s of the target in vLLM without speculation, with the draft, and
 with vLLM's n-gram speculation (the free alternative a user tries first), side by side.
 
-One vLLM child runs the three settings in turn, one engine at a time, on the same held-out
-prompts: first one prompt at a time (batch 1, the latency case speculation is for), then all of
+The serving child (served.served_acceptance) runs the three settings in turn, one engine at a
+time, on the same held-out prompts; the draft's and the plain target's engines are the ones that
+served the acceptance prompts, so only the n-gram engine is built for speed alone. Each setting
+is timed first one prompt at a time (batch 1, the latency case speculation is for), then all of
 them at once (a batch). Every setting's greedy tokens are compared with the plain target's, so
 a speedup is never bought with a different answer.
 """
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-from specdraft.config import Config
-
-from .vllm_engine import run_vllm_child
 
 # vLLM's n-gram proposer: look the last 2..4 tokens up in the prompt and output so far.
 NGRAM_LOOKUP = (2, 4)
@@ -46,52 +42,57 @@ def speed_settings(draft: Path, method: str, draft_tokens: int, ngram_tokens: in
     ]
 
 
-def served_speed(
-    config: Config,
-    checkpoint: str,
+def add_speed_request(
+    request: dict[str, Any],
+    prompts: list[list[int]],
     *,
-    python: Path,
-    batch: int = 16,
-    batch1_prompts: int = 8,
-    max_tokens: int = 128,
-    log: Path | None = None,
-    timeout: float = 3600,
-    on_start: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Tokens/s at batch 1 and at `batch` for no speculation, the draft and n-gram."""
-    from ..export import export_checkpoint
-    from .served import served_inputs, served_request
+    batch1_prompts: int,
+    max_tokens: int,
+) -> None:
+    """Ask the serving child (`request`, mode "serve") to also measure tokens/s on `prompts`:
+    the first `batch1_prompts` one at a time, then all of them at once, `max_tokens` each."""
+    draft_tokens = int(request["num_speculative_tokens"])
+    # The engines serve both: room for the longer of the two, with the same slack past the end
+    # of the generation (draft blocks) that served_request left.
+    slack = request["max_model_len"] - max((len(p) for p in request["prompts"]), default=1)
+    slack -= int(request["max_tokens"])
+    longest = max((len(p) for p in prompts), default=1)
+    request["max_model_len"] = max(request["max_model_len"], longest + max_tokens + slack)
+    request["speed"] = {
+        "prompts": prompts,
+        "max_tokens": max_tokens,
+        "batch1_prompts": min(batch1_prompts, len(prompts)),
+        "settings": speed_settings(
+            Path(request["draft"]), request["method"], draft_tokens, draft_tokens
+        ),
+    }
 
-    version, family, dtype, records = served_inputs(config, checkpoint, python, on_start)
-    prompts = [r.input_ids[: r.prompt_len].tolist() for r in records][:batch]
-    with tempfile.TemporaryDirectory(prefix="specdraft-speed-") as tmp:
-        draft = Path(tmp) / "draft"
-        export_checkpoint(checkpoint, draft, format="vllm", dtype=dtype)
-        request = served_request(config, draft, family, prompts, dtype, "speed", max_tokens)
-        draft_tokens = request["num_speculative_tokens"]
-        request["batch1_prompts"] = min(batch1_prompts, len(prompts))
-        request["settings"] = speed_settings(draft, request["method"], draft_tokens, draft_tokens)
-        child = run_vllm_child(request, python=python, log=log, timeout=timeout)
+
+def speed_result(child: dict[str, Any], request: dict[str, Any], family: str) -> dict[str, Any]:
+    """The speed table's data from the child's result, each setting's outputs compared with
+    the plain target's."""
+    speed = request["speed"]
+    measured = child.get("speed") or {}
     result: dict[str, Any] = {
         "family": family,
-        "vllm_version": child.get("vllm_version") or version,
-        "stage": child["stage"],
+        "vllm_version": child.get("vllm_version"),
+        "stage": measured.get("stage", child["stage"]),
         "error": child.get("error"),
-        "prompts": len(prompts),
-        "batch1_prompts": request["batch1_prompts"],
-        "max_tokens": max_tokens,
-        "draft_tokens": draft_tokens,
+        "prompts": len(speed["prompts"]),
+        "batch1_prompts": speed["batch1_prompts"],
+        "max_tokens": speed["max_tokens"],
+        "draft_tokens": int(request["num_speculative_tokens"]),
         "settings": [],
     }
-    if child["stage"] != "done":
+    if result["stage"] != "done":
         return result
-    plain = child["settings"][0]["tokens"]
-    for setting in child["settings"]:
+    plain = next(s for s in measured["settings"] if s["name"] == "none")["tokens"]
+    for setting in measured["settings"]:
         entry = {key: value for key, value in setting.items() if key != "tokens"}
         entry["identical"] = sum(a == b for a, b in zip(plain, setting["tokens"], strict=True))
         for phase in ("batch1", "batch"):
-            measured = entry[phase]
-            measured["tokens_per_s"] = measured["tokens"] / measured["seconds"]
+            counted = entry[phase]
+            counted["tokens_per_s"] = counted["tokens"] / counted["seconds"]
         result["settings"].append(entry)
     return result
 

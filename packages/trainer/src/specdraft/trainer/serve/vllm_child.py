@@ -8,9 +8,10 @@ standard library and vLLM; specdraft is not installed there. The request says wh
   and architecture, and validates the model runner), recording what vLLM read from the draft;
 - "serve": the check, then greedy generation of the prompts with speculation (acceptance from
   `LLM.get_metrics()`) and without, in that order (vLLM's metrics are process-wide counters);
-- "speed": output tokens/s of each speculative setting of `request["settings"]` (none, the
-  draft, vLLM's n-gram speculation), one engine each, at batch 1 (prompts one at a time) and
-  at a batch (all prompts at once), after a warm-up, with each setting's acceptance and tokens.
+  with `request["speed"]`, also the output tokens/s of each of its settings (none, the draft,
+  vLLM's n-gram speculation) at batch 1 (prompts one at a time) and at a batch (all prompts at
+  once), after a warm-up, with each setting's acceptance and tokens; the draft's and the plain
+  target's engines are the ones that served the prompts.
 
 The result is JSON: {"stage": "config" | "runner" | "serve" | "done", "error": ..., ...}. The
 guard below matters: vLLM starts its engine core in a spawned process that re-imports this file.
@@ -158,30 +159,67 @@ def read_draft_facts(spec: Any) -> dict[str, Any]:
     }
 
 
-def generate(request: dict[str, Any], speculative: bool) -> tuple[list[list[int]], list[Any]]:
-    """Greedy token ids of every prompt, and the engine's metrics after the run."""
+def open_engine(
+    request: dict[str, Any], speculative: bool, setting: dict[str, Any] | None = None
+) -> Any:
+    """A vLLM engine for the request (with the draft, without, or with a speed setting's)."""
+    from vllm import LLM
+
+    return LLM(**engine_kwargs(request, speculative, setting))
+
+
+def collect() -> None:
+    """Free the engine just dropped (`del llm` first) before the next one is built: one at a
+    time, two would not fit."""
     import gc
 
-    from vllm import LLM, SamplingParams
+    gc.collect()
 
-    llm = LLM(**engine_kwargs(request, speculative))
+
+def greedy(llm: Any, request: dict[str, Any]) -> list[list[int]]:
+    """Greedy token ids of the request's prompts on `llm`."""
+    from vllm import SamplingParams
+
     params = SamplingParams(temperature=0.0, max_tokens=int(request["max_tokens"]))
     tokens, _ = timed_generate(llm, params, request["prompts"])
-    metrics = metric_dicts(llm.get_metrics())
-    del llm
-    gc.collect()
-    return tokens, metrics
+    return tokens
 
 
 def serve(request: dict[str, Any]) -> dict[str, Any]:
-    """The check, then the prompts with and without speculation."""
+    """The check, then the prompts with and without speculation; with a `speed` sub-request,
+    each engine also measures its tokens/s before it is freed (the draft's and the plain
+    target's engines serve both, so a served evaluation with speed builds three engines, not
+    five), and the n-gram engine follows."""
     result = check_config(request)
     if result["stage"] != "checked":
         return result
-    speculative, metrics = generate(request, speculative=True)
-    result["speculative"] = speculative
-    result["acceptance"] = acceptance_from_metrics(metrics)
-    result["baseline"], _ = generate(request, speculative=False)
+    speed_request = request.get("speed")
+    measured: dict[str, dict[str, Any]] = {}
+    llm = open_engine(request, speculative=True)
+    result["speculative"] = greedy(llm, request)
+    # vLLM's metrics are process-wide counters: read them before anything else speculates.
+    result["acceptance"] = acceptance_from_metrics(metric_dicts(llm.get_metrics()))
+    if speed_request:
+        measured["draft"] = measure_speed(llm, speed_request, "draft")
+    del llm
+    collect()
+    llm = open_engine(request, speculative=False)
+    result["baseline"] = greedy(llm, request)
+    if speed_request:
+        measured["none"] = measure_speed(llm, speed_request, "none")
+    del llm
+    collect()
+    if speed_request:
+        for setting in speed_request["settings"]:
+            if setting["name"] not in measured:
+                llm = open_engine(request, True, setting)
+                measured[setting["name"]] = measure_speed(llm, speed_request, setting["name"])
+                del llm
+                collect()
+        result["speed"] = {
+            "stage": "done",
+            "settings": [measured[s["name"]] for s in speed_request["settings"]],
+        }
     result["stage"] = "done"
     return result
 
@@ -197,26 +235,22 @@ def timed_generate(
     return [list(out.outputs[0].token_ids) for out in outputs], time.perf_counter() - started
 
 
-def speed_of_setting(request: dict[str, Any], setting: dict[str, Any]) -> dict[str, Any]:
-    """One engine with the setting's speculation: tokens/s at batch 1 and at a batch."""
-    import gc
+def measure_speed(llm: Any, speed_request: dict[str, Any], name: str) -> dict[str, Any]:
+    """Tokens/s of `llm` (the setting `name`) at batch 1 and at a batch, after a warm-up; its
+    acceptance from the counters' change over the measurement."""
+    from vllm import SamplingParams
 
-    from vllm import LLM, SamplingParams
-
-    llm = LLM(**engine_kwargs(request, True, setting))
-    params = SamplingParams(temperature=0.0, max_tokens=int(request["max_tokens"]))
-    prompts = request["prompts"]
+    params = SamplingParams(temperature=0.0, max_tokens=int(speed_request["max_tokens"]))
+    prompts = speed_request["prompts"]
     timed_generate(llm, params, prompts[:2])  # warm-up: first-call compilation and caches
     before = acceptance_from_metrics(metric_dicts(llm.get_metrics()))
     single_tokens, single_seconds = [], 0.0
-    for ids in prompts[: int(request["batch1_prompts"])]:
+    for ids in prompts[: int(speed_request["batch1_prompts"])]:
         tokens, seconds = timed_generate(llm, params, [ids])
         single_tokens += tokens
         single_seconds += seconds
     batch_tokens, batch_seconds = timed_generate(llm, params, prompts)
     after = acceptance_from_metrics(metric_dicts(llm.get_metrics()))
-    del llm
-    gc.collect()
     drafts = after["drafts"] - before["drafts"]
     accepted = after["accepted"] - before["accepted"]
     per_pos = [
@@ -228,7 +262,7 @@ def speed_of_setting(request: dict[str, Any], setting: dict[str, Any]) -> dict[s
         )
     ]
     return {
-        "name": setting["name"],
+        "name": name,
         "batch1": {
             "prompts": len(single_tokens),
             "tokens": sum(map(len, single_tokens)),
@@ -245,14 +279,6 @@ def speed_of_setting(request: dict[str, Any], setting: dict[str, Any]) -> dict[s
     }
 
 
-def speed(request: dict[str, Any]) -> dict[str, Any]:
-    """Each setting of the request in turn (one engine at a time: two would not fit)."""
-    return {
-        "stage": "done",
-        "settings": [speed_of_setting(request, setting) for setting in request["settings"]],
-    }
-
-
 def main(argv: list[str]) -> int:
     """Read the request, run it, write the result; exit 0 whenever a result was written."""
     request_file, result_file = argv[1], argv[2]
@@ -262,7 +288,7 @@ def main(argv: list[str]) -> int:
         import vllm
 
         version = vllm.__version__
-        modes = {"check": check_config, "serve": serve, "speed": speed}
+        modes = {"check": check_config, "serve": serve}
         result = modes[request["mode"]](request)
     except Exception as exc:
         result = {"stage": "serve", "error": f"{type(exc).__name__}: {exc}"}
