@@ -26,7 +26,7 @@ from .length_source import LengthSource
 from .packing_accounting import PackingStats, account_packing
 from .samplers import MicroBatch
 from .suggest import bucket_cost, grid_weights, optimal_buckets
-from .window_savings import bucket_attention
+from .window_savings import draft_attention
 
 if TYPE_CHECKING:
     from specdraft.config import Config
@@ -183,34 +183,24 @@ def build_report(
         report["anchors"] = _anchor_section(
             config, shapes, lengths, source.anchor_counts, suggest_anchors_k, report["warnings"]
         )
-    report["attention"] = _attention_section(config, lengths, pad_to)
+    report["attention"] = _attention_section(config, lengths, shapes)
     edges = list(pad_to) if isinstance(pad_to, tuple) else []
     suggested = report["suggestion"]["buckets"] if report["suggestion"] else []
     report["histogram"] = length_histogram(lengths, data.max_length, edges, suggested)
     return report
 
 
-def _attention_section(config: Config, lengths: list[int], pad_to: PadTo) -> dict[str, Any] | None:
+def _attention_section(
+    config: Config, lengths: list[int], shapes: ShapePolicy
+) -> dict[str, Any] | None:
     """What the draft's sliding-window layers save per pad length (None: no layer slides)."""
-    windows = layer_windows(config.model)
-    if all(w is None for w in windows):
+    buckets = draft_attention(config, lengths, shapes)
+    if buckets is None:
         return None
-    if pad_to is None:
-        edges = [config.data.max_length]
-    else:
-        edges = [pad_to] if isinstance(pad_to, int) else list(pad_to)
-    block = config.model.block_size
-    buckets = bucket_attention(
-        lengths,
-        edges,
-        windows=windows,
-        block_size=block,
-        num_queries=config.training.num_anchors * block,
-    )
     full = sum(b.full_keys * b.samples for b in buckets)
     windowed = sum(b.windowed_keys * b.samples for b in buckets)
     return {
-        "windows": list(windows),
+        "windows": list(layer_windows(config.model)),
         "buckets": [b.to_dict() for b in buckets],
         "saved_share": 1.0 - windowed / full if full else 0.0,
     }

@@ -22,7 +22,12 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from specdraft.config.attention_layers import layer_windows
+
+if TYPE_CHECKING:
+    from specdraft.config import Config, ShapePolicy
 
 
 def visible_context_sum(n: int, cap: int) -> int:
@@ -106,3 +111,21 @@ def bucket_attention(
             )
         )
     return out
+
+
+def draft_attention(
+    config: Config, lengths: Sequence[int], shapes: ShapePolicy
+) -> list[BucketAttention] | None:
+    """`bucket_attention` of the config's draft layers over `shapes`' pad lengths (max_length
+    when padding to the longest sample); None when no layer slides."""
+    windows = layer_windows(config.model)
+    if all(w is None for w in windows):
+        return None
+    block = config.model.block_size
+    return bucket_attention(
+        lengths,
+        list(shapes.lengths) or [config.data.max_length],
+        windows=windows,
+        block_size=block,
+        num_queries=config.training.num_anchors * block,
+    )

@@ -85,32 +85,25 @@ def dry_run_plan(config: Config, *, world_size: int) -> DryRunPlan:
         f"chunk, ~{memory(features_bytes)} target features per micro-batch",
         f"target:      {in_process_target_line(config, target_config, dtype_bytes)}",
         f"flops:       {flops_plan_line(draft_config, config)}",
-        *([f"attention:   {window_line}"] if (window_line := attention_line(config)) else []),
+        *(
+            [f"attention:   {window_line}"]
+            if (window_line := attention_line(config, shapes))
+            else []
+        ),
         f"output:      {config.output_dir}",
     ]
     return DryRunPlan(lines)
 
 
-def attention_line(config: Config) -> str | None:
+def attention_line(config: Config, shapes: ShapePolicy) -> str | None:
     """What the sliding-window layers save at each pad length's longest sample (None: none)."""
-    from specdraft.collate.window_savings import bucket_attention
+    from specdraft.collate.window_savings import draft_attention
     from specdraft.config.attention_layers import layer_windows
 
-    windows = layer_windows(config.model)
-    if all(w is None for w in windows):
+    buckets = draft_attention(config, list(shapes.lengths) or [config.data.max_length], shapes)
+    if buckets is None:
         return None
-    pad_to = ShapePolicy.from_config(config).pad_to
-    edges = (
-        [config.data.max_length]
-        if pad_to is None
-        else ([pad_to] if isinstance(pad_to, int) else list(pad_to))
-    )
-    block = config.model.block_size
-    buckets = bucket_attention(
-        edges, edges, windows=windows, block_size=block,
-        num_queries=config.training.num_anchors * block,
-    )  # fmt: skip
-    shown = ", ".join("full" if w is None else str(w) for w in windows)
+    shown = ", ".join("full" if w is None else str(w) for w in layer_windows(config.model))
     saved = ", ".join(f"{b.saved_share:.0%} at {b.length}" for b in buckets)
     return (
         f"windows {shown}: of the keys flex visits (GPU) a full-length sample skips {saved} "
