@@ -291,8 +291,10 @@ def main() -> None:
     if "vllm" in engines:
         done = step("served: specdraft eval --engine vllm --speed")
         run("bash", "scripts/vllm_cpu_venv.sh", "build/vllm-venv")  # a no-op when it is current
-        speed = [] if args.no_speed else ["--speed", "--speed-batch", str(args.speed_batch)]
-        speed += [] if args.no_speed else ["--speed-tokens", str(args.speed_tokens)]
+        speed = [] if args.no_speed else [
+            "--speed", "--speed-batch", str(args.speed_batch),
+            "--speed-tokens", str(args.speed_tokens),
+        ]  # fmt: skip
         report = run_dir / "served.json"
         command = [*eval_command, "--checkpoint", str(last), "--engine", "vllm", *speed]
         command += ["--format", "json"]
