@@ -1,6 +1,7 @@
-"""Lint of the draft layers' attention: model.sliding_window and model.layer_types (SD306-SD308
-errors at their keys, SD334 / SD337 warnings, SD335 per engine, SD336 for vLLM and mixed layers),
-and the resolved per-layer windows."""
+"""Lint of the draft layers' attention: model.sliding_window, model.layer_types and
+model.causal_layers (SD306-SD308 errors at their keys, SD334 / SD337 / SD338 warnings, SD335 per
+engine, SD336 for vLLM and mixed layers, SD339 for llama.cpp and mixed causality), and the
+resolved per-layer windows and causality."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdraft.config import load_config
-from specdraft.config.attention_layers import draft_layer_types, is_mixed, layer_windows
+from specdraft.config.attention_layers import (
+    draft_layer_types,
+    is_mixed,
+    layer_causal,
+    layer_windows,
+)
 from specdraft.config.lint import lint_text
 from specdraft.config.report import ExitCode
 
@@ -26,8 +32,11 @@ def _config(
     layers: int | None = None,
     engines: list[str] | None = None,
     max_length: int = 2048,
+    causal: str | None = None,
 ) -> str:
     lines = [MASK]
+    if causal is not None:
+        lines.append(f'causal_layers = "{causal}"')
     if layers is not None:
         lines.append(f"num_draft_layers = {layers}")
     if window is not None:
@@ -153,6 +162,64 @@ def test_mixed_layers_with_vllm_note_the_v2_runner():
         window=512, layers=2, types=["sliding_attention", "full_attention"], engines=["llama.cpp"]
     )
     assert _findings(mixed_llama) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    types=st.lists(
+        st.sampled_from(["sliding_attention", "full_attention"]), min_size=1, max_size=4
+    ),
+    causal=st.sampled_from(["none", "sliding", "all"]),
+    engines=st.lists(st.sampled_from(["vllm", "sglang", "llama.cpp"]), unique=True),
+)
+def test_causal_layers_findings_follow_the_engines_rules(types, causal, engines):
+    text = _config(window=512, layers=len(types), types=types, engines=engines, causal=causal)
+    model = load_config_text(text).model
+    per_layer = layer_causal(model)
+    sliding = [kind == "sliding_attention" for kind in types]
+    assert (
+        per_layer
+        == {
+            "none": (False,) * len(types),
+            "all": (True,) * len(types),
+            "sliding": tuple(sliding),
+        }[causal]
+    )
+    codes = {f.code: f for f in _findings(text)}
+    # llama.cpp reads one causality for the whole draft.
+    assert ("SD339" in codes) == (len(set(per_layer)) > 1 and "llama.cpp" in engines)
+    # SGLang never serves a window: causally masked, and one key wider when causal.
+    assert ("SD335" in codes) == ("sglang" in engines and any(sliding))
+    if "SD335" in codes:
+        causal_sliding = all(c for c, s in zip(per_layer, sliding, strict=True) if s)
+        assert ("one key more" in codes["SD335"].message) == causal_sliding
+    assert ("SD338" in codes) == (causal == "sliding" and not any(sliding))
+
+
+def test_a_sliding_causality_without_sliding_layers_is_a_warning():
+    text = _config(causal="sliding")
+    [finding] = _findings(text)
+    assert (finding.code, finding.severity, finding.key) == (
+        "SD338",
+        "warning",
+        "model.causal_layers",
+    )
+    assert finding.line == position_of(text, "causal_layers")[0]
+    assert _findings(_config(causal="all")) == []
+
+
+def test_mixed_causality_with_llama_cpp_is_an_error_at_its_entry():
+    text = _config(
+        window=512,
+        layers=2,
+        types=["sliding_attention", "full_attention"],
+        engines=["vllm", "llama.cpp"],
+        causal="sliding",
+    )
+    codes = {f.code: f for f in _findings(text)}
+    assert set(codes) == {"SD336", "SD339"}
+    assert codes["SD339"].key == "serve.engines[1]" and codes["SD339"].severity == "error"
+    assert 'use "all" or "none"' in codes["SD339"].message
 
 
 def load_config_text(text: str):

@@ -21,6 +21,7 @@ SHAPE = {
     "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
 }
 DFLASH2 = {"conv_group_size": 16, "selector_rank": 256, "selector_top_k": 16}
+SLIDING = {"layer_types": ["sliding_attention"], "use_sliding_window": True, "sliding_window": 512}
 
 
 def sglang_layout(**changes):
@@ -132,15 +133,9 @@ def test_the_family_options_draft_vocabulary_and_target_are_compared(tmp_path, t
 @pytest.mark.parametrize(
     ("changes", "named"),
     [
-        (
-            {"layer_types": ["sliding_attention"], "sliding_window": 512},
-            "layer_types[0] = 'sliding_attention (causal: the folder does not state "
-            "is_causal = false)'",
-        ),
         ({"layer_types": ["linear_attention"]}, "layer_types[0] = 'linear_attention'"),
         ({"use_swa": True}, "use_swa = True"),
         ({"num_sink_tokens": 4}, "num_sink_tokens = 4"),
-        ({"is_causal": True}, "is_causal = True"),
         ({"attention_bias": True}, "attention_bias = True"),
     ],
 )
@@ -152,10 +147,30 @@ def test_what_specdraft_cannot_train_is_refused_by_name(tmp_path, changes, named
     assert finding.line == position_of(text, "init_from")[0]
 
 
-def test_a_causal_speculators_draft_is_refused_by_name(tmp_path):
-    text = config_text(folder(tmp_path, speculators_layout(sliding_window_non_causal=False)))
-    assert [f.code for f in findings(text)] == ["SD333"]
-    assert "sliding_window_non_causal = False" in findings(text)[0].message
+@pytest.mark.parametrize(
+    ("config", "stated"),
+    [
+        (sglang_layout(is_causal=True), "all"),
+        (sglang_layout(dflash_config={**sglang_layout()["dflash_config"], "causal": True}), "all"),
+        (speculators_layout(sliding_window_non_causal=False), "all"),
+        # Sliding layers with no causality stated: causal, as vLLM and SGLang read them.
+        (sglang_layout(**SLIDING), "sliding"),
+    ],
+    ids=["is_causal", "dflash-config", "speculators", "unstated-sliding"],
+)
+def test_a_causal_folder_names_the_causal_layers_that_train_it(tmp_path, config, stated):
+    window = "sliding_window = 512\n" if config.get("layer_types") == SLIDING["layer_types"] else ""
+    text = config_text(folder(tmp_path, config), extra=window)
+    assert [f.key for f in findings(text)] == ["model.causal_layers"]
+    [finding] = findings(text)
+    assert finding.code == "SD332"
+    assert f'set causal_layers = "{stated}" to start from it' in finding.message
+    # The config that says so agrees with the folder; "sliding" over sliding layers is "all".
+    for agreeing in {stated, "all"} if window else {stated}:
+        text = config_text(
+            folder(tmp_path, config, agreeing), extra=f'{window}causal_layers = "{agreeing}"\n'
+        )
+        assert findings(text) == []
 
 
 def test_a_missing_folder_is_a_note_and_a_foreign_one_an_error(tmp_path):
@@ -169,9 +184,6 @@ def test_a_missing_folder_is_a_note_and_a_foreign_one_an_error(tmp_path):
     [unknown] = findings(config_text(foreign))
     assert unknown.code == "SD331" and "unknown draft format" in unknown.message
     assert "model.init_from" in unknown.message
-
-
-SLIDING = {"layer_types": ["sliding_attention"], "use_sliding_window": True, "sliding_window": 512}
 
 
 @pytest.mark.parametrize(

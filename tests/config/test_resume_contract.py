@@ -93,6 +93,7 @@ def test_identity_and_data_order_fields_are_the_rows() -> None:
         "max_length",
         "draft_vocab_size",
         "model.layer_windows",
+        "model.causal_layers",
         "model.init_from",
         "data.labels",
         "training.soft_label_topk",

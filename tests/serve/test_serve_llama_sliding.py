@@ -1,5 +1,6 @@
 """A sliding-window draft trained one step and exported for llama.cpp build 11434: the GGUF that
-llama.cpp's converter writes carries the window, the per-layer pattern and non-causal blocks,
+llama.cpp's converter writes carries the window, the per-layer pattern and the blocks'
+causality (bidirectional for the DFlash draft, `model.causal_layers = "all"` for the DSpark one),
 the keys dflash.cpp builds its SWA cache and mask from. (llama-server serving it is not run.)"""
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def test_a_sliding_draft_s_gguf_carries_the_window_and_its_layers(
     }
     if family == "dspark":
         model["dspark"] = {"confidence_uses_markov": True}
+        model["causal_layers"] = "all"
     checkpoint = one_step(tiny_target_path, tmp_path / "run", **model)
     out = tmp_path / "draft.gguf"
     export_checkpoint(
@@ -41,4 +43,4 @@ def test_a_sliding_draft_s_gguf_carries_the_window_and_its_layers(
     arch = keys["general.architecture"][1]
     assert keys[f"{arch}.attention.sliding_window"][1] == 32, sorted(keys)
     assert keys[f"{arch}.attention.sliding_window_pattern"][1] == [True, False]
-    assert keys[f"{arch}.attention.causal"][1] is False
+    assert keys[f"{arch}.attention.causal"][1] is (family == "dspark")

@@ -86,3 +86,44 @@ def test_a_full_attention_draft_writes_no_window_keys(
     write_speculators(model, tmp_path / "spec", ExportOptions(checkpoint="ckpt", verifier=target))
     layers = json.loads((tmp_path / "spec" / "config.json").read_text())["transformer_layer_config"]
     assert (layers["use_sliding_window"], layers["sliding_window"]) == (False, None)
+
+
+@pytest.mark.parametrize(("causal_layers", "non_causal"), [("none", True), ("all", False)])
+def test_speculators_states_the_draft_s_one_causality(
+    causal_layers, non_causal, draft_model_config, tiny_qwen3_target, tmp_path
+):
+    model, target = _draft(draft_model_config, sliding_window=64, causal_layers=causal_layers)
+    write_speculators(model, tmp_path, ExportOptions(checkpoint="ckpt", verifier=target))
+    config = json.loads((tmp_path / "config.json").read_text())
+    # vLLM reads it as dflash_config.causal = not sliding_window_non_causal, for every layer.
+    assert config["sliding_window_non_causal"] is non_causal
+
+
+def test_a_draft_whose_layers_differ_in_causality_is_refused_where_one_flag_covers_all(
+    draft_model_config, tmp_path
+):
+    from specdraft.trainer.export.gguf import llama_cpp_refusal
+
+    model, target = _draft(
+        draft_model_config, sliding_window=64, layer_types=MIXED, causal_layers="sliding"
+    )
+    assert model.config.layer_causal() == (True, False)
+    with pytest.raises(ExportRefused, match="speculators states one causality for all layers"):
+        write_speculators(model, tmp_path / "spec", ExportOptions(checkpoint="c", verifier=target))
+    assert not (tmp_path / "spec" / "config.json").exists()
+    assert "writes one attention.causal for the whole draft" in llama_cpp_refusal(model.config)
+    # The same draft with one causality for every layer is served by both.
+    model, _ = _draft(draft_model_config, sliding_window=64, layer_types=MIXED, causal_layers="all")
+    assert llama_cpp_refusal(model.config) is None
+
+
+def test_sglang_refuses_a_causal_window_for_its_one_key_wider_mask(draft_model_config, tmp_path):
+    from specdraft.trainer.export.sglang import write_sglang
+
+    model, _ = _draft(draft_model_config, sliding_window=64, causal_layers="sliding")
+    with pytest.raises(ExportRefused, match="q - window <= k <= q, one more than"):
+        write_sglang(model, tmp_path, ExportOptions(checkpoint="ckpt"))
+    # Causal full-attention layers are SGLang's is_causal = true: exported.
+    model, _ = _draft(draft_model_config, causal_layers="all")
+    write_sglang(model, tmp_path / "full", ExportOptions(checkpoint="ckpt"))
+    assert json.loads((tmp_path / "full" / "config.json").read_text())["is_causal"] is True

@@ -196,13 +196,57 @@ def test_a_sliding_window_draft_comes_back_with_the_same_forward(
     _assert_same_forward(source, started, head, batch)
     # The window matters on this batch: the same weights at full attention compute otherwise.
     full, _ = _started_full(draft_model_config, algorithm, started)
+    _assert_computes_otherwise(started, full, head, batch)
+
+
+def _assert_computes_otherwise(draft, other, head, batch):
+    """Two drafts with the same weights and another attention differ on late blocks."""
     anchors = torch.tensor([[20, 25]] * 2)
     keep = torch.ones_like(anchors, dtype=torch.bool)
     ids, features = batch["input_ids"], batch["hidden_states"]
     with torch.no_grad():
-        windowed = started.run_backbone(ids, features, anchors, keep, head, "sdpa")
-        unwindowed = full.run_backbone(ids, features, anchors, keep, head, "sdpa")
-    assert not torch.equal(windowed, unwindowed)
+        ours = draft.run_backbone(ids, features, anchors, keep, head, "sdpa")
+        theirs = other.run_backbone(ids, features, anchors, keep, head, "sdpa")
+    assert not torch.equal(ours, theirs)
+
+
+CAUSAL = [
+    (
+        "vllm",
+        {
+            "sliding_window": 8,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "causal_layers": "sliding",
+        },
+    ),
+    ("speculators", {"sliding_window": 8, "causal_layers": "all"}),
+    ("sglang", {"causal_layers": "all"}),
+]
+
+
+@pytest.mark.parametrize(("fmt", "attention"), CAUSAL, ids=["vllm-mixed", "speculators", "sglang"])
+def test_a_causal_draft_comes_back_with_the_same_forward(
+    fmt,
+    attention,
+    draft_model_config,
+    tiny_qwen3_target,
+    make_draft_batch,
+    random_samples,
+    tmp_path,
+):
+    source, head = _exported(
+        draft_model_config, tiny_qwen3_target, "dflash", fmt, tmp_path, **attention
+    )
+    started, weights = _started(draft_model_config, "dflash", tmp_path, **attention)
+    assert weights.folder.causal == source.config.layer_causal() != (False, False)
+    assert started.config.layer_causal() == source.config.layer_causal()
+    batch = make_draft_batch(random_samples([30, 24], seed=3), 32)
+    _assert_same_forward(source, started, head, batch)
+    # The causality matters: the same weights with bidirectional blocks compute otherwise.
+    cfg = draft_model_config("dflash", **{**attention, "causal_layers": "none"})
+    both_ways = build_draft(cfg, load_target_config(cfg.target), dtype=torch.float32)
+    both_ways.load_state_dict(started.state_dict())
+    _assert_computes_otherwise(started, both_ways, head, batch)
 
 
 def _started_full(draft_model_config, algorithm, draft):

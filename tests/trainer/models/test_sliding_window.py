@@ -1,6 +1,6 @@
-"""Sliding-window draft layers: the windowed mask against a brute-force rule (dense and flex's
-mask_mod, unpacked and packed), the window where it must and must not change the draft, and
-evaluation on the same mask."""
+"""Sliding-window draft layers: the windowed (and causal, `model.causal_layers`) mask against a
+brute-force rule (dense and flex's mask_mod, unpacked and packed), the window where it must and
+must not change the draft, and evaluation on the same mask."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ from specdraft.trainer.models.masks import block_mask_mod
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
 
-def _reference(anchors, keep, context_len, block_size, window, document_ids=None):
-    """The rule one (query, key) pair at a time: the unwindowed rule, and p - j < window."""
+def _reference(anchors, keep, context_len, block_size, window, document_ids=None, causal=False):
+    """The rule one (query, key) pair at a time: the unwindowed rule, and p - j < window; a
+    causal layer's query at slot k sees its block's slots <= k."""
     batch, num_anchors = anchors.shape
     queries = num_anchors * block_size
     mask = torch.zeros(batch, 1, queries, context_len + queries, dtype=torch.bool)
@@ -41,14 +42,16 @@ def _reference(anchors, keep, context_len, block_size, window, document_ids=None
                     if document_ids is not None:
                         allowed = allowed and bool(document_ids[b, k] == document_ids[b, anchor])
                 else:
-                    allowed = (k - context_len) // block_size == block
+                    key_block, key_slot = divmod(k - context_len, block_size)
+                    allowed = key_block == block and (not causal or key_slot <= slot)
                 mask[b, 0, q, k] = allowed
     return mask
 
 
 @st.composite
 def _mask_case(draw):
-    """Anchors, keep flags, a window (or none) and maybe a packed row's document ids."""
+    """Anchors, keep flags, a window (or none), maybe a packed row's document ids, causal or
+    not."""
     context_len = draw(st.integers(2, 12))
     num_anchors = draw(st.integers(1, 3))
     block_size = draw(st.integers(1, 4))
@@ -76,18 +79,19 @@ def _mask_case(draw):
         block_size,
         window,
         document_ids,
+        draw(st.booleans()),
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(case=_mask_case())
-def test_the_windowed_dense_mask_and_flex_mask_mod_follow_the_rule(case):
-    anchors, keep, context_len, block_size, window, document_ids = case
-    want = _reference(anchors, keep, context_len, block_size, window, document_ids)
-    dense = dense_block_mask(anchors, keep, context_len, block_size, document_ids, window)
+def test_the_windowed_and_causal_dense_mask_and_flex_mask_mod_follow_the_rule(case):
+    anchors, keep, context_len, block_size, window, document_ids, causal = case
+    want = _reference(anchors, keep, context_len, block_size, window, document_ids, causal)
+    dense = dense_block_mask(anchors, keep, context_len, block_size, document_ids, window, causal)
     assert torch.equal(dense, want)
     # flex's mask_mod, evaluated at every (query, key) pair on the CPU.
-    mod = block_mask_mod(anchors, keep, context_len, block_size, document_ids, window)
+    mod = block_mask_mod(anchors, keep, context_len, block_size, document_ids, window, causal)
     queries = anchors.shape[1] * block_size
     flex = create_mask(mod, anchors.shape[0], 1, queries, context_len + queries, device="cpu")
     assert torch.equal(flex, want)

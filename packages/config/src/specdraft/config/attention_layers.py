@@ -14,6 +14,13 @@ its own block stays visible in both directions. That holds because the window mu
 block (`sliding_window >= block_size`): ModelOpt's DFlash training enforces the same, and vLLM
 makes a non-causal window symmetric, so a shorter window would cut keys inside the block that
 one engine sees and another does not.
+
+Causal layers (`model.causal_layers`) cut one more thing: in a causal layer a draft token sees
+only the tokens of its own block at or before it (and the context as above), as vLLM's and
+llama.cpp's causal DFlash attention does. "none" is DFlash's bidirectional block; "all" makes
+every layer causal (the engines' `is_causal = true`); "sliding" makes exactly the sliding-window
+layers causal, which is what vLLM 0.32 (`_dflash_layer_causal`) and SGLang assume of a draft
+with `layer_types` that states no causality (z-lab's Gemma-4 drafts are trained so).
 """
 
 from __future__ import annotations
@@ -25,11 +32,14 @@ from .section import rule
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
 LAYER_TYPES = (FULL_ATTENTION, SLIDING_ATTENTION)
+CAUSAL_LAYERS = ("none", "sliding", "all")
 
 if TYPE_CHECKING:
     LayerType = str
+    CausalLayers = str
 else:
     LayerType = Literal[LAYER_TYPES]
+    CausalLayers = Literal[CAUSAL_LAYERS]
 
 # The schema rule types raised here (each has its code in codes.py).
 ATTENTION_RULE_TYPES = ("layer_types_length", "window_below_block", "sliding_without_window")
@@ -50,6 +60,30 @@ def layer_windows(model: Any) -> tuple[int | None, ...]:
         model.sliding_window if kind == SLIDING_ATTENTION else None
         for kind in draft_layer_types(model)
     )
+
+
+def layer_causal(model: Any) -> tuple[bool, ...]:
+    """Whether each draft layer sees its own block causally (`model.causal_layers`)."""
+    mode = getattr(model, "causal_layers", "none")
+    types = draft_layer_types(model)
+    if mode == "all":
+        return (True,) * len(types)
+    if mode == "sliding":
+        return tuple(kind == SLIDING_ATTENTION for kind in types)
+    return (False,) * len(types)
+
+
+def causal_layers_for(causal: tuple[bool, ...], types: tuple[str, ...]) -> str | None:
+    """The `model.causal_layers` value that gives this per-layer causality (None: none does)."""
+    for mode in CAUSAL_LAYERS:
+        resolved = {
+            "none": (False,) * len(types),
+            "all": (True,) * len(types),
+            "sliding": tuple(kind == SLIDING_ATTENTION for kind in types),
+        }[mode]
+        if resolved == tuple(causal):
+            return mode
+    return None
 
 
 def is_mixed(model: Any) -> bool:

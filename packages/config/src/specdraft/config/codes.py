@@ -163,18 +163,24 @@ CORE_CODES: tuple[Code, ...] = (
          "A model field (or the target) disagrees with the draft folder of model.init_from."),
     Code("SD333", "init-from-untrainable", "error",
          "The draft folder of model.init_from uses attention specdraft cannot train "
-         "(attention sinks, causal blocks, attention biases)."),
+         "(attention sinks, attention biases, other layer types)."),
     Code("SD334", "window-above-max-length", "warning",
          "model.sliding_window is at least data.max_length: in training the window cuts "
          "(almost) no key, while served contexts longer than the window are cut."),
     Code("SD335", "sliding-window-not-served", "error",
          "An engine in serve.engines does not serve sliding-window draft layers as specdraft "
-         "trains them (SGLang 0.5.23's window mask is causal inside the block)."),
+         "trains them (SGLang 0.5.23's window mask is causal inside the block and one key "
+         "wider)."),
     Code("SD336", "mixed-layers-v2-runner", "note",
          "vLLM serves a draft with both sliding-window and full-attention layers only under "
          "its V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1)."),
     Code("SD337", "window-unused", "warning",
          "model.sliding_window is set but model.layer_types has no sliding_attention layer."),
+    Code("SD338", "causal-layers-unused", "warning",
+         "model.causal_layers = \"sliding\" but no draft layer slides, so no layer is causal."),
+    Code("SD339", "mixed-causality-not-served", "error",
+         "The draft's layers differ in causality and serve.engines has llama.cpp, which reads "
+         "one causality for the whole draft."),
     # Labels from the target's own predictions (data.labels, training.soft_label_*).
     Code("SD340", "soft-labels-without-topk", "error",
          "training.soft_label_weight is set but training.soft_label_topk is 0.",

@@ -10,16 +10,18 @@
   target layers as `aux_hidden_state_layer_ids` (specdraft's k + 1, export/layer_ids.py).
 
 `read_draft_folder` turns any of them into the fields specdraft trains with (`DraftFolder`), and
-lists what specdraft cannot train (attention sinks, causal blocks, attention biases, layer types
-other than full and sliding-window attention) by the folder's own key, so that nothing is
-dropped in silence.
+lists what specdraft cannot train (attention sinks, attention biases, layer types other than
+full and sliding-window attention) by the folder's own key, so that nothing is dropped in
+silence.
 
 Sliding-window layers are read as vLLM 0.32 resolves them (`qwen3_dflash._resolve_layer_attention`):
 the window from `dflash_config.swa_window_size`, else `sliding_window`; the sliding layers from
-`layer_types`, or every layer under `dflash_config.use_swa`. A sliding layer is causal unless the
-folder says otherwise (vLLM's and SGLang's default for it), so a folder with sliding layers must
-state `is_causal = false` (or `dflash_config.causal = false`; speculators:
-`sliding_window_non_causal = true`) to be one specdraft trains.
+`layer_types`, or every layer under `dflash_config.use_swa`. Each layer's causality is read as
+`_dflash_layer_causal` reads it: `is_causal`, else `dflash_config.causal`, for every layer; a
+folder that states neither has its sliding layers causal and its full ones not (speculators:
+`sliding_window_non_causal` true or false for every layer, its sliding layers causal when
+absent). specdraft trains each of those (`model.causal_layers`) unless the causality fits none
+of its three settings.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ class DraftFolder:
     # The sliding window (None: every layer is full attention) and each layer's type.
     sliding_window: int | None = None
     layer_types: tuple[str, ...] | None = None
+    # Whether each layer sees its own block causally (None: the layer count is unknown).
+    causal: tuple[bool, ...] | None = None
     weight_files: tuple[str, ...] = ()
 
     @property
@@ -141,13 +145,11 @@ def _hf_layout(root: Path, raw: dict[str, Any], weights: tuple[str, ...]) -> Dra
 
     fmt = "vllm" if "sample_from_anchor" in raw else "sglang"
     untrainable = _untrainable(raw, "")
-    for key in ("causal", "is_causal"):
-        if nested.get(key):
-            untrainable.append((f"dflash_config.{key}", nested[key]))
     num_layers = _int(raw.get("num_hidden_layers"))
     window, types = _sliding(raw, nested, num_layers)
-    stated_non_causal = raw.get("is_causal") is False or nested.get("causal") is False
-    untrainable += _causal_sliding(types, stated_non_causal, "is_causal = false")
+    stated = raw.get("is_causal")
+    if stated is None:
+        stated = nested.get("causal")
     ids = pick("target_layer_ids")
     return DraftFolder(
         path=str(root),
@@ -164,6 +166,7 @@ def _hf_layout(root: Path, raw: dict[str, Any], weights: tuple[str, ...]) -> Dra
         untrainable=tuple(untrainable),
         sliding_window=window,
         layer_types=types,
+        causal=_causal(types, stated),
         weight_files=weights,
     )
 
@@ -174,14 +177,11 @@ def _speculators(root: Path, raw: dict[str, Any], weights: tuple[str, ...]) -> D
     layers = raw.get("transformer_layer_config")
     layers = layers if isinstance(layers, dict) else {}
     untrainable = _untrainable(raw, "") + _untrainable(layers, "transformer_layer_config.")
-    # speculators' `sliding_window_non_causal = false` means causal blocks (vLLM reads it so).
-    if raw.get("sliding_window_non_causal") is False:
-        untrainable.append(("sliding_window_non_causal", False))
     num_layers = _int(layers.get("num_hidden_layers"))
     window, types = _sliding(layers, {}, num_layers)
-    if raw.get("sliding_window_non_causal") is not False:
-        stated = raw.get("sliding_window_non_causal") is True
-        untrainable += _causal_sliding(types, stated, "sliding_window_non_causal = true")
+    # vLLM turns `sliding_window_non_causal` into dflash_config.causal = not it (every layer).
+    non_causal = raw.get("sliding_window_non_causal")
+    stated = None if non_causal is None else not bool(non_causal)
     aux = raw.get("aux_hidden_state_layer_ids")
     draft_vocab = _int(raw.get("draft_vocab_size"))
     vocab = _int(layers.get("vocab_size"))
@@ -200,6 +200,7 @@ def _speculators(root: Path, raw: dict[str, Any], weights: tuple[str, ...]) -> D
         untrainable=tuple(untrainable),
         sliding_window=window,
         layer_types=types,
+        causal=_causal(types, stated),
         weight_files=weights,
     )
 
@@ -209,7 +210,7 @@ def _untrainable(config: Mapping[str, Any], prefix: str) -> list[tuple[str, Any]
     found: list[tuple[str, Any]] = []
     # A `use_swa` outside `dflash_config` is read by no engine specdraft knows of (vLLM and
     # llama.cpp's converter read dflash_config.use_swa): which layers slide is unclear.
-    for key in ("use_swa", "is_causal", "attention_bias"):
+    for key in ("use_swa", "attention_bias"):
         if config.get(key):
             found.append((prefix + key, config[key]))
     layer_types = config.get("layer_types") or []
@@ -241,17 +242,13 @@ def _sliding(
     return _int(window), types
 
 
-def _causal_sliding(
-    types: tuple[str, ...] | None, stated_non_causal: bool, how: str
-) -> list[tuple[str, Any]]:
-    """Sliding layers that run causal because the folder does not say they are not."""
-    if stated_non_causal or types is None:
-        return []
-    return [
-        (f"layer_types[{index}]", f"{kind} (causal: the folder does not state {how})")
-        for index, kind in enumerate(types)
-        if kind == SLIDING_ATTENTION
-    ]
+def _causal(types: tuple[str, ...] | None, stated: Any) -> tuple[bool, ...] | None:
+    """Each layer's causality: the folder's one flag for all, else its sliding layers."""
+    if types is None:
+        return None
+    if stated is not None:
+        return (bool(stated),) * len(types)
+    return tuple(kind == SLIDING_ATTENTION for kind in types)
 
 
 def _shape(config: Mapping[str, Any]) -> dict[str, int | None]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .attention_layers import LAYER_TYPES, draft_layer_types
+from .attention_layers import LAYER_TYPES, causal_layers_for, draft_layer_types, layer_causal
 from .draft_folder import DraftFolder, DraftFolderError, read_draft_folder
 from .families import family_rules
 from .finding import Problem, key_text
@@ -60,8 +60,8 @@ def folder_problems(
             "SD333",
             _KEY,
             f"{folder.described} has {key} = {value!r}, which specdraft cannot train: its "
-            "draft blocks attend both ways (full or sliding-window attention), without "
-            "attention sinks or attention biases; start from fresh weights (drop "
+            "draft layers are full or sliding-window attention, without attention sinks or "
+            "attention biases; start from fresh weights (drop "
             "model.init_from)",
         )
         for key, value in folder.untrainable
@@ -106,6 +106,8 @@ def compared_fields(
     ):
         types = list(draft_layer_types(model))
         rows.append((("model", "layer_types"), types, list(folder.layer_types)))
+        if folder.causal is not None and tuple(types) == folder.layer_types:
+            rows.append(_causal_row(model, folder))
     # The draft's MLP width: the config's, else the target's.
     width = model.draft_intermediate_size or (info.intermediate_size if info else None)
     if width is not None:
@@ -123,6 +125,16 @@ def compared_fields(
             )
         rows.append((("model", "target"), ("rope_theta", info.rope_theta), _theta(folder)))
     return [row for row in rows if _stated(*row)]
+
+
+def _causal_row(model: ModelConfig, folder: DraftFolder) -> tuple[KeyPath, Any, Any]:
+    """model.causal_layers against the folder's per-layer causality (equal when both resolve
+    to the same layers: 'sliding' over full layers is 'none')."""
+    assert folder.causal is not None and folder.layer_types is not None
+    if layer_causal(model) == folder.causal:
+        return (("model", "causal_layers"), model.causal_layers, model.causal_layers)
+    stated = causal_layers_for(folder.causal, folder.layer_types)
+    return (("model", "causal_layers"), model.causal_layers, stated)
 
 
 # Fields whose absence in a folder states something: the whole vocabulary, full attention.

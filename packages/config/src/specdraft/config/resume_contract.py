@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .attention_layers import layer_windows
+from .attention_layers import layer_causal, layer_windows
 from .sampler_mode import MODE_FIELDS, MODE_SELECTING_FIELDS, SamplerMode, mode_of, sampler_mode
 
 if TYPE_CHECKING:
@@ -82,6 +82,12 @@ def _layer_windows(config: Config) -> list[int | None] | None:
     return windows if any(w is not None for w in windows) else None
 
 
+def _layer_causal(config: Config) -> list[bool] | None:
+    """Which draft layers see their block causally, or None when none does."""
+    causal = list(layer_causal(config.model))
+    return causal if any(causal) else None
+
+
 RESUME_CONTRACT: tuple[ResumeField, ...] = (
     # The draft's identity: the checkpoint's weights mean nothing under other values.
     ResumeField("algorithm", "the draft family", lambda c: c.model.algorithm),
@@ -108,6 +114,14 @@ RESUME_CONTRACT: tuple[ResumeField, ...] = (
         "model.layer_windows",
         "each draft layer's attention window (model.sliding_window, model.layer_types)",
         _layer_windows,
+        default=None,
+    ),
+    # Each layer's causality inside its block (model.causal_layers), likewise: bidirectional
+    # blocks everywhere is the value checkpoints from before the option had.
+    ResumeField(
+        "model.causal_layers",
+        "which draft layers see their own block causally (model.causal_layers)",
+        _layer_causal,
         default=None,
     ),
     # The weights the run started from (model.init_from): the sha256 of the folder's

@@ -18,7 +18,12 @@ from pydantic import (
 )
 
 from . import tracking, training_backends
-from .attention_layers import ATTENTION_RULE_TYPES, LayerType, attention_layer_rules
+from .attention_layers import (
+    ATTENTION_RULE_TYPES,
+    CausalLayers,
+    LayerType,
+    attention_layer_rules,
+)
 from .families import FAMILY_NAMES, FAMILY_RULES, FamilyTables, family_rule_types, family_rules
 from .registry import listed
 from .sampler_mode import anchor_grouping_with_bucket_sync, enabled_fields
@@ -141,6 +146,17 @@ class _ModelFields(_Section):
         "layer slides when sliding_window is set, none otherwise. Mixed layers are served by "
         "vLLM only under its V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1, note SD336).",
     )
+    causal_layers: CausalLayers = Field(
+        "none",
+        description="Which draft layers see their own block causally, a block token seeing "
+        "only the block's tokens at or before it: 'none' (DFlash's bidirectional block), 'all' "
+        "(every layer; the engines' is_causal = true) or 'sliding' (exactly the sliding-window "
+        "layers, which vLLM and SGLang assume of a draft whose layer_types states no causality, "
+        "as z-lab's Gemma-4 drafts are trained). Context keys are cut as before. Part of the "
+        "mask, written into every export (is_causal, dflash_config.causal, speculators' "
+        "sliding_window_non_causal); llama.cpp reads one causality for all layers (SD339) and "
+        "speculators likewise. Part of the run: a resume under another causality is refused.",
+    )
 
     init_from: str | None = Field(
         None,
@@ -150,9 +166,10 @@ class _ModelFields(_Section):
         "DFlash drafts follow the sglang one). Its config.json must agree with this table "
         "(algorithm, block_size, num_draft_layers, target_layer_ids, mask_token_id, "
         "draft_vocab_size, the family's options) and with the target (vocabulary, hidden size, "
-        "attention shape, sliding_window and layer_types); `specdraft lint` names each field that "
-        "differs (SD332) and refuses what specdraft cannot train, such as attention sinks, "
-        "causal blocks or sliding-window layers the folder does not say are non-causal (SD333). "
+        "attention shape, sliding_window, layer_types and causal_layers, the folder's causality "
+        "read as vLLM reads it); `specdraft lint` names each field that differs (SD332) and "
+        "refuses what specdraft cannot train, such as attention sinks or attention biases "
+        "(SD333). "
         "The target's embedding and LM head stay the target's; a draft vocabulary keeps the "
         "folder's tokens. The sha256 of its safetensors is part of the run: a resume with "
         "other weights there is refused.",

@@ -77,6 +77,13 @@ def llama_cpp_refusal(config: Any) -> str | None:
             f"hidden size is {config.hidden_size}; retrain with model.dflash2.selector_top_k "
             f"<= {most}"
         )
+    if getattr(config, "is_causal", False) is None:
+        return (
+            'its layers differ in causality (model.causal_layers = "sliding" over '
+            f"layer_types {list(config.layer_types or [])}) and llama.cpp's converter writes one "
+            'attention.causal for the whole draft; retrain with model.causal_layers = "all" '
+            'or "none", or serve it with vLLM'
+        )
     return None
 
 

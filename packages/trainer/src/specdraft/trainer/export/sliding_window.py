@@ -1,20 +1,23 @@
-"""A sliding-window draft's keys in each export format (config/attention_layers.py has the rule).
+"""A draft's window and causal layers in each export format (config/attention_layers.py has the
+rule).
 
 The draft's own config.json (the sglang layout, checkpoints, llama.cpp's converter input) holds
-Qwen3's `use_sliding_window`, `sliding_window` and `layer_types`, and `is_causal = false`.
-What else each engine reads, from its source:
+Qwen3's `use_sliding_window`, `sliding_window` and `layer_types`, and `is_causal`: false or true
+when every layer agrees, null when only the sliding layers are causal (`model.causal_layers =
+"sliding"` over mixed layers). What else each engine reads, from its source:
 
 - vLLM 0.32, `qwen3_dflash._resolve_layer_attention`: `dflash_config.swa_window_size` (before
   `sliding_window`), `dflash_config.use_swa` (every layer slides) and, through
   `_dflash_layer_causal`, `is_causal` then `dflash_config.causal`; a sliding layer with neither is
-  causal, so both say false.
+  causal, so both state the draft's one causality, and neither is written when the layers differ.
 - speculators 0.9.0 as vLLM converts it: the decoder keys under `transformer_layer_config`, and
-  `dflash_config.causal = not sliding_window_non_causal` (written true).
+  `dflash_config.causal = not sliding_window_non_causal` for every layer: a draft whose layers
+  differ in causality is refused.
 - llama.cpp's converter (conversion/qwen.py, `DFlashModel.set_gguf_parameters`): the window
   when `use_sliding_window` or `dflash_config.use_swa`, the pattern from `layer_types`, the
-  causality from `is_causal`.
-- SGLang 0.5.23 masks a sliding layer causally in its torch-native backend, so `--format
-  sglang` refuses a windowed draft (lint SD335 says so before training).
+  causality from `is_causal` (one for all layers: gguf.py refuses a mixed one).
+- SGLang 0.5.23 masks a sliding layer causally and one key wider in its torch-native backend,
+  so `--format sglang` refuses a windowed draft (lint SD335 says so before training).
 """
 
 from __future__ import annotations
@@ -39,11 +42,27 @@ def vllm_window_keys(config: dict[str, Any]) -> dict[str, Any]:
     layers = sliding_layers(config)
     if not any(layers):
         return {}
-    return {
+    keys: dict[str, Any] = {
         "swa_window_size": int(config["sliding_window"]),
         "use_swa": all(layers),
-        "causal": False,
     }
+    if config.get("is_causal", False) is not None:
+        keys["causal"] = bool(config.get("is_causal", False))
+    return keys
+
+
+def speculators_non_causal(config: dict[str, Any], checkpoint: str) -> bool:
+    """speculators' `sliding_window_non_causal` (one for every layer); refuse mixed layers."""
+    causal = config.get("is_causal", False)
+    if causal is None:
+        from .source import ExportRefused
+
+        raise ExportRefused(
+            f'{checkpoint}: its layers differ in causality (model.causal_layers = "sliding" '
+            f"over layer_types {config.get('layer_types')}) and speculators states one "
+            "causality for all layers (sliding_window_non_causal); export it with --format vllm"
+        )
+    return not causal
 
 
 def layer_window_keys(config: dict[str, Any]) -> dict[str, Any]:
@@ -62,9 +81,21 @@ def sglang_refusal(config: Any) -> str | None:
     types = getattr(config, "layer_types", None) or []
     if getattr(config, "sliding_window", None) is None or SLIDING_ATTENTION not in types:
         return None
+    sliding_causal = all(
+        causal
+        for causal, kind in zip(config.layer_causal(), types, strict=True)
+        if kind == SLIDING_ATTENTION
+    )
+    why = (
+        "SGLang 0.5.23's sliding-window mask (torch_native_backend._make_sliding_window_mask) "
+        "keeps the keys with q - window <= k <= q, one more than the q - k < window training "
+        "used"
+        if sliding_causal
+        else "SGLang 0.5.23 masks a sliding-window layer causally (torch_native_backend."
+        "_make_sliding_window_mask), hiding a block's later tokens from its earlier ones, which "
+        "see them in training"
+    )
     return (
         f"its layers {list(types)} slide over a {config.sliding_window}-token window, and "
-        "SGLang 0.5.23 masks a sliding-window layer causally (torch_native_backend."
-        "_make_sliding_window_mask), hiding a block's later tokens from its earlier ones, which "
-        "see them in training; export it with --format vllm, speculators or gguf"
+        f"{why}; export it with --format vllm, speculators or gguf"
     )

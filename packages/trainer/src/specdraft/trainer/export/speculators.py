@@ -9,10 +9,10 @@ algorithm, proposal methods, verifier). Module names equal specdraft's, so model
 the sglang export's file, byte for byte; a draft vocabulary adds its `lm_head` rows (saved with
 the draft), `draft_vocab_size` and the `t2d` / `d2t` buffers (draft_vocab.py). vLLM converts
 this format in `transformers_utils/configs/speculators/algos.py`, which sets
-`dflash_config.causal` to `not sliding_window_non_causal`: specdraft's blocks are
-bidirectional, hence true (sliding-window layers too; their keys are in
-`transformer_layer_config`, sliding_window.py). The per-family part (model type, architecture,
-keys) is the family's `SpeculatorsLayout` in models/<family>/family.py.
+`dflash_config.causal` to `not sliding_window_non_causal` for every layer: written from the
+draft's one causality (`model.causal_layers`; a draft whose layers differ is refused; the
+window keys are in `transformer_layer_config`, sliding_window.py). The per-family part (model
+type, architecture, keys) is the family's `SpeculatorsLayout` in models/<family>/family.py.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ..models.family_spec import DraftFamily
 from .draft_vocab import refuse_draft_vocab, vocab_tensors
 from .layer_ids import aux_hidden_state_ids
 from .options import ExportOptions
-from .sliding_window import layer_window_keys
+from .sliding_window import layer_window_keys, speculators_non_causal
 from .source import ExportRefused
 
 SPECULATORS_VERSION = "0.9.0"
@@ -93,7 +93,7 @@ def speculators_config(
         "block_size": block_size,
         "aux_hidden_state_layer_ids": aux_hidden_state_ids(config["target_layer_ids"]),
         "mask_token_id": int(config["mask_token_id"]),
-        "sliding_window_non_causal": True,
+        "sliding_window_non_causal": speculators_non_causal(config, "the draft"),
         "sample_from_anchor": sample_from_anchor,
         "speculators_config": {
             "algorithm": model_type,
@@ -124,6 +124,11 @@ def write_speculators(model: DraftModel, folder: Path, options: ExportOptions) -
             "records and loads the embeddings and LM head from"
         )
     family = family_of_architecture(type(model).__name__)
+    # Refused before anything is written: one causality for every layer.
+    speculators_non_causal(
+        {"is_causal": model.config.is_causal, "layer_types": model.config.layer_types},
+        options.checkpoint,
+    )
     if family.speculators is not None:
         refuse_draft_vocab(
             model, "speculators", family.speculators.no_draft_vocab, options.checkpoint

@@ -93,7 +93,13 @@ def vllm_config(family: DraftFamily, config: dict[str, Any]) -> dict[str, Any]:
         dflash_config["sample_from_anchor"] = False
     out["dflash_config"] = dflash_config
     out["sample_from_anchor"] = sample_from_anchor
-    out["is_causal"] = False  # blocks attend both ways (qwen3_dflash._dflash_layer_causal)
+    # The draft's one causality (qwen3_dflash._dflash_layer_causal); left out when only the
+    # sliding layers are causal, which is what vLLM assumes of layer_types without it.
+    causal = config.get("is_causal", False)
+    if causal is None:
+        out.pop("is_causal", None)
+    else:
+        out["is_causal"] = bool(causal)
     out.update(layout.top_level_keys(config))
     return out
 

@@ -11,7 +11,8 @@ frozen, passed in as a `TargetHead`. With a draft vocabulary (`draft_vocab_size`
 Module names (`fc`, `hidden_norm`, `layers.N.*`, `norm`, `lm_head`) are those of the DFlash
 checkpoints SGLang and vLLM load.
 
-A sliding-window layer (`config.layer_windows()`) gets the same mask cut to its window
+A sliding-window layer (`config.layer_windows()`) gets the same mask cut to its window, and a
+causal layer (`config.layer_causal()`) the same mask with its block's later keys cut
 (masks.py); the shapes do not change.
 
 A packed batch (with `document_ids`, see documents.py) runs the same graph with per-row
@@ -224,16 +225,16 @@ class DraftModel(PreTrainedModel):
             self.compute_dtype,
             context_positions,
         )
-        # One mask per distinct window (sliding-window and full layers differ only there).
-        windows = self.config.layer_windows()
+        # One mask per distinct (window, causality): the layers differ only there.
+        shapes = list(zip(self.config.layer_windows(), self.config.layer_causal(), strict=True))
         masks = {
-            window: build_block_mask(
-                anchors, keep, length, self.block_size, attention_backend, document_ids, window
+            shape: build_block_mask(
+                anchors, keep, length, self.block_size, attention_backend, document_ids, *shape
             )
-            for window in dict.fromkeys(windows)
+            for shape in dict.fromkeys(shapes)
         }
-        for layer, window in zip(self.layers, windows, strict=True):
-            hidden = layer(hidden, context, rotary, masks[window])
+        for layer, shape in zip(self.layers, shapes, strict=True):
+            hidden = layer(hidden, context, rotary, masks[shape])
         hidden = self.norm(hidden)
         return hidden.view(batch, num_anchors, self.block_size, -1)
 

@@ -11,6 +11,11 @@ default RoPE (no scaling), which is what the checkpoint then declares. A sliding
 (`model.sliding_window`, `model.layer_types`) is Qwen3's own keys: `use_sliding_window`,
 `sliding_window` and `layer_types`, the ones engines read; without one they keep Qwen3's
 defaults, so a full-attention draft's config.json is what it was before windows existed.
+
+Causal layers (`model.causal_layers`) are `is_causal`, the key vLLM and llama.cpp's converter
+read first: false or true when every layer agrees, and null (unstated) when only the sliding
+layers are causal, which is how vLLM and SGLang read a draft with `layer_types` and no
+causality. `layer_causal()` resolves it per layer as vLLM 0.32's `_dflash_layer_causal` does.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 from huggingface_hub.dataclasses import strict
 from transformers import Qwen3Config
 
-from specdraft.config.attention_layers import SLIDING_ATTENTION, draft_layer_types
+from specdraft.config.attention_layers import SLIDING_ATTENTION, draft_layer_types, layer_causal
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +41,9 @@ class DFlashDraftConfig(Qwen3Config):
     target_layer_ids: list[int] | None = None
     num_target_layers: int | None = None
     mask_token_id: int | None = None
-    # Draft blocks attend in both directions; vLLM reads this key to pick the attention mode.
-    is_causal: bool = False
+    # Draft blocks attend in both directions unless causal (null: the sliding layers are);
+    # vLLM and llama.cpp read this key to pick the attention mode.
+    is_causal: bool | None = False
     dflash_config: dict | None = None
     # The draft vocabulary (models/draft_vocab.py): its size, the key vLLM and speculators read,
     # and its tokens as ascending target ids (specdraft's own key; the exports turn it into the
@@ -63,6 +69,13 @@ class DFlashDraftConfig(Qwen3Config):
                 "(use_sliding_window must be true, with the window in tokens)"
             )
         return tuple(self.sliding_window if kind == SLIDING_ATTENTION else None for kind in types)
+
+    def layer_causal(self) -> tuple[bool, ...]:
+        """Whether each layer sees its own block causally (vLLM's resolution of is_causal)."""
+        types = self.layer_types or ["full_attention"] * self.num_hidden_layers
+        if self.is_causal is not None:
+            return (bool(self.is_causal),) * len(types)
+        return tuple(kind == SLIDING_ATTENTION for kind in types)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as a dict; without a draft vocabulary its two keys are left out, so a
@@ -128,7 +141,15 @@ def backbone_kwargs(model_cfg: Any, target_config: Any) -> dict:
         "mask_token_id": int(model_cfg.mask_token_id),
         "draft_vocab_size": model_cfg.draft_vocab_size,
         **sliding_kwargs(model_cfg),
+        "is_causal": is_causal_key(model_cfg),
     }
+
+
+def is_causal_key(model_cfg: Any) -> bool | None:
+    """The draft config's `is_causal`: one value when every layer agrees, None (the sliding
+    layers are causal) when they differ."""
+    causal = set(layer_causal(model_cfg))
+    return causal.pop() if len(causal) == 1 else None
 
 
 def sliding_kwargs(model_cfg: Any) -> dict[str, Any]:

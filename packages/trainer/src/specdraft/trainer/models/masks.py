@@ -20,6 +20,9 @@ p = anchor_b + k sees context key j only if p - j < window (the current token co
 HF, vLLM and llama.cpp windows). Keys of its own block are never cut: the config requires
 window >= block_size. In a packed row the key is in the anchor's document, so row offsets are
 document positions and the rule reads the same. `window=None` is full attention.
+
+A causal layer (`causal=True`, `model.causal_layers`) cuts the block rule: a kept query at slot k
+of its block sees the block's keys at slots <= k only. The context rule is unchanged.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ def dense_block_mask(
     block_size: int,
     document_ids: Tensor | None = None,
     window: int | None = None,
+    causal: bool = False,
 ) -> Tensor:
     """Boolean SDPA mask [B, 1, T, S + T] (True = may attend), T = num_anchors * block_size."""
     num_queries = anchors.shape[1] * block_size
@@ -68,6 +72,8 @@ def dense_block_mask(
         )
     draft_index = key_index - context_len
     same_block = (draft_index[None, :] // block_size) == (query_index[:, None] // block_size)
+    if causal:
+        same_block = same_block & (draft_index[None, :] <= query_index[:, None])
     sees_block = (~is_context)[None, None, :] & same_block[None] & query_keep[:, :, None]
     is_self = draft_index[None, :] == query_index[:, None]
     sees_self = is_self[None] & ~query_keep[:, :, None]
@@ -92,11 +98,12 @@ def flex_block_mask(
     block_size: int,
     document_ids: Tensor | None = None,
     window: int | None = None,
+    causal: bool = False,
 ) -> BlockMask:
     """flex_attention BlockMask with exactly the semantics of `dense_block_mask`."""
     batch, num_anchors = anchors.shape
     num_queries = num_anchors * block_size
-    mask_mod = block_mask_mod(anchors, keep, context_len, block_size, document_ids, window)
+    mask_mod = block_mask_mod(anchors, keep, context_len, block_size, document_ids, window, causal)
     return create_block_mask(
         mask_mod, batch, None, num_queries, context_len + num_queries, device=anchors.device
     )
@@ -109,6 +116,7 @@ def block_mask_mod(
     block_size: int,
     document_ids: Tensor | None = None,
     window: int | None = None,
+    causal: bool = False,
 ):
     """The flex mask_mod(b, h, q_idx, kv_idx) of `dense_block_mask`'s rule."""
     # Packed batches add "same document as the anchor" to the context rule; the condition is
@@ -129,6 +137,8 @@ def block_mask_mod(
         if window is not None:
             sees_context = sees_context & (anchor + q_idx % block_size - kv_idx < window)
         sees_block = (~is_context) & (draft_idx // block_size == block) & kept
+        if causal:
+            sees_block = sees_block & (draft_idx <= q_idx)
         sees_self = (draft_idx == q_idx) & ~kept
         return sees_context | sees_block | sees_self
 
@@ -143,12 +153,14 @@ def build_block_mask(
     backend: str,
     document_ids: Tensor | None = None,
     window: int | None = None,
+    causal: bool = False,
 ) -> Tensor | BlockMask:
     """The mask for `backend` ('sdpa' -> dense bool tensor, 'flex' -> BlockMask)."""
+    args = (anchors, keep, context_len, block_size, document_ids, window, causal)
     if backend == "flex":
-        return flex_block_mask(anchors, keep, context_len, block_size, document_ids, window)
+        return flex_block_mask(*args)
     if backend == "sdpa":
-        return dense_block_mask(anchors, keep, context_len, block_size, document_ids, window)
+        return dense_block_mask(*args)
     raise ValueError(f"attention backend must be 'sdpa' or 'flex', got {backend!r}")
 
 
@@ -159,9 +171,8 @@ def both_block_masks(
     block_size: int,
     document_ids: Tensor | None = None,
     window: int | None = None,
+    causal: bool = False,
 ) -> tuple[Tensor, BlockMask]:
     """The dense and the flex mask of the same inputs (to compare the backends)."""
-    return (
-        dense_block_mask(anchors, keep, context_len, block_size, document_ids, window),
-        flex_block_mask(anchors, keep, context_len, block_size, document_ids, window),
-    )
+    args = (anchors, keep, context_len, block_size, document_ids, window, causal)
+    return dense_block_mask(*args), flex_block_mask(*args)
