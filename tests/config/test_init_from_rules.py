@@ -234,3 +234,22 @@ def test_a_full_layer_list_with_use_sliding_window_reads_as_full_attention(tmp_p
     draft = read_draft_folder(path)
     assert (draft.sliding_window, draft.layer_types) == (None, ("full_attention",))
     assert findings(config_text(path, target=target)) == []
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        sglang_layout(
+            dflash_config={**sglang_layout()["dflash_config"], "attention_sink_bias": True}
+        ),
+        sglang_layout(add_swa_attention_sink_bias=True),
+    ],
+    ids=["dflash-config", "top-level"],
+)
+def test_a_folder_with_the_sink_logit_is_trained_with_the_config_that_says_so(tmp_path, config):
+    text = config_text(folder(tmp_path, config))
+    [finding] = findings(text)
+    assert (finding.code, finding.key) == ("SD332", "model.attention_sink_bias")
+    assert "set attention_sink_bias = true to start from it" in finding.message
+    agreeing = config_text(folder(tmp_path, config, "again"), extra="attention_sink_bias = true\n")
+    assert findings(agreeing) == []

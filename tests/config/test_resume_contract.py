@@ -94,6 +94,7 @@ def test_identity_and_data_order_fields_are_the_rows() -> None:
         "draft_vocab_size",
         "model.layer_windows",
         "model.causal_layers",
+        "model.attention_sink_bias",
         "model.init_from",
         "data.labels",
         "training.soft_label_topk",

@@ -275,3 +275,33 @@ def test_sglang_refuses_a_sliding_window_draft(draft_model_config, tiny_qwen3_ta
         _exported(
             draft_model_config, tiny_qwen3_target, "dflash", "sglang", tmp_path, sliding_window=8
         )
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "fmt"), [("dflash", "vllm"), ("dflash2", "sglang"), ("dspark", "vllm")]
+)
+def test_a_draft_with_attention_sinks_comes_back_with_the_same_forward(
+    algorithm,
+    fmt,
+    draft_model_config,
+    tiny_qwen3_target,
+    make_draft_batch,
+    random_samples,
+    tmp_path,
+):
+    # (SGLang serves no window: its draft has full attention.)
+    window = {} if fmt == "sglang" else {"sliding_window": 8}
+    sink = {"attention_sink_bias": True, **window}
+    source, head = _exported(
+        draft_model_config, tiny_qwen3_target, algorithm, fmt, tmp_path, **sink
+    )
+    started, weights = _started(draft_model_config, algorithm, tmp_path, **sink)
+    assert weights.folder.attention_sink_bias
+    for ours, theirs in zip(source.layers, started.layers, strict=True):
+        assert torch.equal(ours.self_attn.attention_sink_bias, theirs.self_attn.attention_sink_bias)
+    _assert_same_forward(
+        source, started, head, make_draft_batch(random_samples([30, 24], seed=3), 32)
+    )
+    # The config must say so: a folder with sinks does not start a draft without them.
+    with pytest.raises(InitFromError, match="set attention_sink_bias = true"):
+        read_init_weights(draft_model_config(algorithm, init_from=str(tmp_path), **window))

@@ -10,9 +10,9 @@
   target layers as `aux_hidden_state_layer_ids` (specdraft's k + 1, export/layer_ids.py).
 
 `read_draft_folder` turns any of them into the fields specdraft trains with (`DraftFolder`), and
-lists what specdraft cannot train (attention sinks, attention biases, layer types other than
-full and sliding-window attention) by the folder's own key, so that nothing is dropped in
-silence.
+lists what specdraft cannot train (attention biases, sinks other than the per-head
+`attention_sink_bias` the engines read, layer types other than full and sliding-window
+attention) by the folder's own key, so that nothing is dropped in silence.
 
 Sliding-window layers are read as vLLM 0.32 resolves them (`qwen3_dflash._resolve_layer_attention`):
 the window from `dflash_config.swa_window_size`, else `sliding_window`; the sliding layers from
@@ -77,6 +77,8 @@ class DraftFolder:
     layer_types: tuple[str, ...] | None = None
     # Whether each layer sees its own block causally (None: the layer count is unknown).
     causal: tuple[bool, ...] | None = None
+    # A learned per-head sink logit in every layer (vLLM's and SGLang's attention_sink_bias).
+    attention_sink_bias: bool = False
     weight_files: tuple[str, ...] = ()
 
     @property
@@ -167,6 +169,7 @@ def _hf_layout(root: Path, raw: dict[str, Any], weights: tuple[str, ...]) -> Dra
         sliding_window=window,
         layer_types=types,
         causal=_causal(types, stated),
+        attention_sink_bias=_sink(raw, nested),
         weight_files=weights,
     )
 
@@ -205,6 +208,19 @@ def _speculators(root: Path, raw: dict[str, Any], weights: tuple[str, ...]) -> D
     )
 
 
+# The keys of the per-head sink logit specdraft trains (vLLM 0.32 reads the nested one first,
+# then the top-level one; SGLang the nested one).
+SINK_KEYS = ("attention_sink_bias", "add_swa_attention_sink_bias")
+
+
+def _sink(raw: Mapping[str, Any], nested: Mapping[str, Any]) -> bool:
+    """Whether the folder's layers carry the per-head sink logit."""
+    stated = nested.get("attention_sink_bias")
+    if stated is None:
+        stated = raw.get("add_swa_attention_sink_bias", raw.get("attention_sink_bias"))
+    return bool(stated)
+
+
 def _untrainable(config: Mapping[str, Any], prefix: str) -> list[tuple[str, Any]]:
     """The keys of one config level that ask for attention specdraft cannot train."""
     found: list[tuple[str, Any]] = []
@@ -218,7 +234,10 @@ def _untrainable(config: Mapping[str, Any], prefix: str) -> list[tuple[str, Any]
         if kind not in LAYER_TYPES:
             found.append((f"{prefix}layer_types[{index}]", kind))
     for key, value in config.items():
-        # Attention sinks go by several names (attention_sink, num_sink_tokens, sink_size).
+        # Attention sinks go by several names (attention_sink, num_sink_tokens, sink_size);
+        # the per-head sink logit is trained (SINK_KEYS).
+        if key in SINK_KEYS:
+            continue
         if "sink" in key.lower() and value not in (None, False, 0, [], {}):
             found.append((prefix + key, value))
     return found

@@ -60,8 +60,8 @@ def folder_problems(
             "SD333",
             _KEY,
             f"{folder.described} has {key} = {value!r}, which specdraft cannot train: its "
-            "draft layers are full or sliding-window attention, without attention sinks or "
-            "attention biases; start from fresh weights (drop "
+            "draft layers are full or sliding-window attention, without attention biases or "
+            "sinks other than the per-head attention_sink_bias; start from fresh weights (drop "
             "model.init_from)",
         )
         for key, value in folder.untrainable
@@ -96,6 +96,11 @@ def compared_fields(
         (("model", "mask_token_id"), model.mask_token_id, folder.mask_token_id),
         (("model", "draft_vocab_size"), model.draft_vocab_size, folder.draft_vocab_size),
         (("model", "sliding_window"), model.sliding_window, folder.sliding_window),
+        (
+            ("model", "attention_sink_bias"),
+            model.attention_sink_bias,
+            folder.attention_sink_bias,
+        ),
     ]
     # Each layer's attention type, as both sides resolve it (a window and no list: all slide).
     # (Only layer types specdraft trains: another kind is already refused, SD333.)

@@ -124,6 +124,13 @@ RESUME_CONTRACT: tuple[ResumeField, ...] = (
         _layer_causal,
         default=None,
     ),
+    # A sink logit per head in every layer (model.attention_sink_bias): other parameters.
+    ResumeField(
+        "model.attention_sink_bias",
+        "the learned attention sink of every draft layer (model.attention_sink_bias)",
+        lambda c: c.model.attention_sink_bias or None,
+        default=None,
+    ),
     # The weights the run started from (model.init_from): the sha256 of the folder's
     # safetensors, which the run computes; the same path with other weights is another run.
     ResumeField(

@@ -158,6 +158,17 @@ class _ModelFields(_Section):
         "speculators likewise. Part of the run: a resume under another causality is refused.",
     )
 
+    attention_sink_bias: bool = Field(
+        False,
+        description="A learned attention sink in every draft layer: one logit per head joins "
+        "each query's softmax with a zero value (gpt-oss's sinks), so a query can give its "
+        "keys less than all of its weight. Starts at 0. Written where the engines read it "
+        "(dflash_config.attention_sink_bias and the per-layer tensor "
+        "self_attn.attention_sink_bias: vLLM, SGLang, llama.cpp's attn_sinks); `--format "
+        "speculators` refuses it (speculators 0.9.0 has no sink). Part of the run: a resume "
+        "with or without it is refused.",
+    )
+
     init_from: str | None = Field(
         None,
         description="Start training from the weights of a DFlash-family draft folder instead "
@@ -168,8 +179,8 @@ class _ModelFields(_Section):
         "draft_vocab_size, the family's options) and with the target (vocabulary, hidden size, "
         "attention shape, sliding_window, layer_types and causal_layers, the folder's causality "
         "read as vLLM reads it); `specdraft lint` names each field that differs (SD332) and "
-        "refuses what specdraft cannot train, such as attention sinks or attention biases "
-        "(SD333). "
+        "refuses what specdraft cannot train, such as attention biases or sinks other than "
+        "attention_sink_bias (SD333). "
         "The target's embedding and LM head stay the target's; a draft vocabulary keeps the "
         "folder's tokens. The sha256 of its safetensors is part of the run: a resume with "
         "other weights there is refused.",

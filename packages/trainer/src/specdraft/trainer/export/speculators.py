@@ -124,11 +124,17 @@ def write_speculators(model: DraftModel, folder: Path, options: ExportOptions) -
             "records and loads the embeddings and LM head from"
         )
     family = family_of_architecture(type(model).__name__)
-    # Refused before anything is written: one causality for every layer.
+    # Refused before anything is written: one causality for every layer, no sink.
     speculators_non_causal(
         {"is_causal": model.config.is_causal, "layer_types": model.config.layer_types},
         options.checkpoint,
     )
+    if model.config.attention_sink_bias:
+        raise ExportRefused(
+            f"{options.checkpoint}: its layers have a learned attention sink "
+            "(model.attention_sink_bias) and speculators 0.9.0's DFlash-family configs and "
+            "models have none; export it with --format vllm, sglang or gguf"
+        )
     if family.speculators is not None:
         refuse_draft_vocab(
             model, "speculators", family.speculators.no_draft_vocab, options.checkpoint

@@ -42,6 +42,8 @@ _BACKBONE = (
     r"(hidden_norm|norm)\.weight",
     r"layers\.\d+\.(input_layernorm|post_attention_layernorm)\.weight",
     r"layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj|o_proj|q_norm|k_norm)\.weight",
+    # The per-head sink logit (model.attention_sink_bias), a bare tensor in qwen3_dflash.
+    r"layers\.\d+\.self_attn\.attention_sink_bias",
     r"layers\.\d+\.mlp\.(gate_proj|up_proj|down_proj)\.weight",
 )
 
@@ -88,6 +90,9 @@ def vllm_config(family: DraftFamily, config: dict[str, Any]) -> dict[str, Any]:
         **layout.dflash_config_keys(config),
         **vllm_window_keys(config),
     }
+    if config.get("attention_sink_bias"):
+        # qwen3_dflash reads the sink flag here first (then add_swa_attention_sink_bias).
+        dflash_config["attention_sink_bias"] = True
     if not sample_from_anchor:
         # The DSpark speculator subclasses DFlash's, which refuses this key when true.
         dflash_config["sample_from_anchor"] = False

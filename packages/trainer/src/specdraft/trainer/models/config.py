@@ -44,6 +44,9 @@ class DFlashDraftConfig(Qwen3Config):
     # Draft blocks attend in both directions unless causal (null: the sliding layers are);
     # vLLM and llama.cpp read this key to pick the attention mode.
     is_causal: bool | None = False
+    # A learned per-head sink logit in every layer's softmax (model.attention_sink_bias); vLLM
+    # and SGLang read dflash_config.attention_sink_bias, vLLM also add_swa_attention_sink_bias.
+    attention_sink_bias: bool = False
     dflash_config: dict | None = None
     # The draft vocabulary (models/draft_vocab.py): its size, the key vLLM and speculators read,
     # and its tokens as ascending target ids (specdraft's own key; the exports turn it into the
@@ -81,6 +84,8 @@ class DFlashDraftConfig(Qwen3Config):
         """The config as a dict; without a draft vocabulary its two keys are left out, so a
         full-vocabulary draft's config.json is what it was before they existed."""
         out = super().to_dict()
+        if not self.attention_sink_bias:
+            out.pop("attention_sink_bias", None)
         if self.draft_vocab_size is None and self.draft_vocab_ids is None:
             out.pop("draft_vocab_size", None)
             out.pop("draft_vocab_ids", None)
@@ -88,11 +93,14 @@ class DFlashDraftConfig(Qwen3Config):
 
     def _serving_keys(self) -> dict:
         """The nested `dflash_config` that SGLang reads first."""
-        return {
+        keys = {
             "block_size": self.block_size,
             "target_layer_ids": list(self.target_layer_ids or []),
             "mask_token_id": self.mask_token_id,
         }
+        if self.attention_sink_bias:
+            keys["attention_sink_bias"] = True
+        return keys
 
 
 def target_text_config(target_config: Any) -> Any:
@@ -142,6 +150,7 @@ def backbone_kwargs(model_cfg: Any, target_config: Any) -> dict:
         "draft_vocab_size": model_cfg.draft_vocab_size,
         **sliding_kwargs(model_cfg),
         "is_causal": is_causal_key(model_cfg),
+        "attention_sink_bias": bool(getattr(model_cfg, "attention_sink_bias", False)),
     }
 
 

@@ -14,6 +14,12 @@ Layer forward signature, shared by every draft family:
 - `rotary`: cos/sin tables of the draft positions [B, T, D] and the context positions [1, S, D]
   ([B, S, D] for a packed batch, whose positions restart at every document).
 - `mask`: a dense bool tensor [B, 1, T, S + T] (SDPA) or a flex_attention BlockMask.
+
+An attention-sink layer (`model.attention_sink_bias`) adds one learned logit per head to every
+query's softmax, with a zero value (gpt-oss's sinks; vLLM's `attention_sink_bias`, llama.cpp's
+`attn_sinks`): the weights over the real keys then sum to sigmoid(lse - sink) instead of 1, so a
+query can attend to (almost) nothing. The dense path scores it as one more column; flex scales
+its output by sigmoid(lse - sink) from the log-sum-exp it returns, the same number.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.attention.flex_attention import BlockMask, flex_attention
+from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attention
 
 
 @functools.cache
@@ -32,15 +38,38 @@ def _compiled_flex_attention():
     return torch.compile(flex_attention)
 
 
-def _flex(query: Tensor, key: Tensor, value: Tensor, block_mask: BlockMask) -> Tensor:
+def _flex(query: Tensor, key: Tensor, value: Tensor, block_mask: BlockMask, **aux: Any) -> Any:
     """flex_attention: fused via torch.compile on CUDA; eager on CPU (forward only in 2.13).
 
     Inside an already compiled block the plain function is traced into the block's graph.
+    `aux` (return_aux=AuxRequest(lse=True)) asks for the log-sum-exp too.
     """
     if query.device.type == "cuda" and not torch.compiler.is_compiling():
         # Eager flex materialises the whole score matrix; the compiled kernel does not.
-        return _compiled_flex_attention()(query, key, value, block_mask=block_mask, enable_gqa=True)
-    return flex_attention(query, key, value, block_mask=block_mask, enable_gqa=True)
+        return _compiled_flex_attention()(
+            query, key, value, block_mask=block_mask, enable_gqa=True, **aux
+        )
+    return flex_attention(query, key, value, block_mask=block_mask, enable_gqa=True, **aux)
+
+
+def attend_with_sink(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | BlockMask, sink: Tensor
+) -> Tensor:
+    """Attention [B, H, T, D] whose softmax also holds a per-head sink logit `sink` [H] with a
+    zero value (see the module docstring)."""
+    if isinstance(mask, BlockMask):
+        out, aux = _flex(query, key, value, mask, return_aux=AuxRequest(lse=True))
+        # sum_j p_j v_j over the keys alone, scaled by exp(lse) / (exp(lse) + exp(sink)).
+        kept = torch.sigmoid(aux.lse.float() - sink.float()[None, :, None])
+        return out * kept.unsqueeze(-1).to(out.dtype)
+    groups = query.shape[1] // key.shape[1]
+    key = key.repeat_interleave(groups, dim=1)
+    value = value.repeat_interleave(groups, dim=1)
+    scores = (query @ key.transpose(-1, -2)).float() * query.shape[-1] ** -0.5
+    scores = scores.masked_fill(~mask, float("-inf"))
+    sink_column = sink.float()[None, :, None, None].expand(*scores.shape[:-1], 1)
+    weights = torch.softmax(torch.cat([scores, sink_column], dim=-1), dim=-1)[..., :-1]
+    return weights.to(value.dtype) @ value
 
 
 class RMSNorm(nn.Module):
@@ -128,7 +157,13 @@ class DraftAttention(nn.Module):
     """GQA attention with per-head q/k RMSNorm; context features add keys/values, not queries."""
 
     def __init__(
-        self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, eps: float
+        self,
+        hidden_size: int,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        eps: float,
+        sink: bool = False,
     ) -> None:
         super().__init__()
         if num_heads % num_kv_heads:
@@ -145,6 +180,9 @@ class DraftAttention(nn.Module):
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
         self.q_norm = RMSNorm(head_dim, eps)
         self.k_norm = RMSNorm(head_dim, eps)
+        # The per-head sink logit (the engines' tensor name); 0 at start: the sink weighs as
+        # much as one key scored 0.
+        self.attention_sink_bias = nn.Parameter(torch.zeros(num_heads)) if sink else None
 
     def _keys_values(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
         batch, length, _ = x.shape
@@ -166,7 +204,9 @@ class DraftAttention(nn.Module):
         query = query.transpose(1, 2)
         key = torch.cat([context_key, draft_key], dim=1).transpose(1, 2)
         value = torch.cat([context_value, draft_value], dim=1).transpose(1, 2)
-        if isinstance(mask, BlockMask):
+        if self.attention_sink_bias is not None:
+            out = attend_with_sink(query, key, value, mask, self.attention_sink_bias)
+        elif isinstance(mask, BlockMask):
             out = _flex(query, key, value, mask)
         else:
             out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, enable_gqa=True)
@@ -185,10 +225,11 @@ class DFlashDecoderLayer(nn.Module):
         num_kv_heads: int,
         head_dim: int,
         eps: float,
+        sink: bool = False,
     ) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(hidden_size, eps)
-        self.self_attn = DraftAttention(hidden_size, num_heads, num_kv_heads, head_dim, eps)
+        self.self_attn = DraftAttention(hidden_size, num_heads, num_kv_heads, head_dim, eps, sink)
         self.post_attention_layernorm = RMSNorm(hidden_size, eps)
         self.mlp = SwiGLUMLP(hidden_size, intermediate_size)
 
@@ -209,4 +250,5 @@ def plain_layer(config: Any) -> DFlashDecoderLayer:
         config.num_key_value_heads,
         config.head_dim,
         config.rms_norm_eps,
+        bool(getattr(config, "attention_sink_bias", False)),
     )

@@ -52,6 +52,7 @@ class DFlash2DecoderLayer(DFlashDecoderLayer):
             config.num_key_value_heads,
             config.head_dim,
             config.rms_norm_eps,
+            config.attention_sink_bias,
         )
         conv_args = (
             config.hidden_size,
