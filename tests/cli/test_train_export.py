@@ -387,6 +387,9 @@ def test_llama_cpp_speed_settings_need_its_engine_and_known_names(
     )
     assert done.exit_code == 2, done.output
     assert "unknown llama.cpp speed setting(s) ngram-fast" in done.output
+    done = CliRunner().invoke(cli, [*base, "--engine", "llama.cpp", "--vllm-eager"])
+    assert done.exit_code == 2, done.output
+    assert "--vllm-eager runs vLLM's engines: add --engine vllm" in done.output
 
 
 def test_a_new_family_s_export_folder_is_a_draft_not_a_foreign_model(tmp_path, monkeypatch):

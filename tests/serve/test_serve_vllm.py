@@ -2,7 +2,8 @@
 
 - The small quickstart's plain-DFlash draft, served: vLLM's measured acceptance length within
   10% of specdraft's own estimate on the same prompts, and the greedy outputs identical with
-  and without speculation; the same with a draft vocabulary (its own head and d2t in vLLM).
+  and without speculation; the same, within 2%, for a draft with a draft vocabulary (its own
+  head and d2t in vLLM) on sliding-window layers with attention sinks.
 - Every family's `--format vllm` export through vLLM's own config validation: DFlash accepted
   whole; DFlash2 and DSpark parsed, routed to their loaders and refused only by the CPU build's
   V1 model runner, with vLLM's reason, which `specdraft eval --engine vllm` reports (exit 1).
@@ -33,13 +34,15 @@ def vllm():
     return vllm_python()
 
 
-def served_quickstart(vllm, target, extra: tuple[str, ...] = ()) -> dict:
+def served_quickstart(vllm, target, extra: tuple[str, ...] = (), tolerance: float = 0.10) -> dict:
     """`specdraft eval --engine vllm` of the small quickstart's DFlash draft (trained once with
-    the `extra` overrides): its JSON result, checked as the tests below expect it."""
+    the `extra` overrides): its JSON result, checked as the tests below expect it (vLLM's
+    acceptance within `tolerance` of specdraft's estimate)."""
     checkpoint, overrides = quickstart_dflash_run(target, extra)
     done = specdraft_cli(
         *("eval", str(QUICKSTART_DFLASH), "--checkpoint", str(checkpoint), *overrides),
         *("--engine", "vllm", "--vllm-python", str(vllm), "--format", "json"),
+        "--vllm-eager",  # no torch.compile: the two engines start sooner
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -50,7 +53,7 @@ def served_quickstart(vllm, target, extra: tuple[str, ...] = ()) -> dict:
     assert result["vllm"]["drafts"] > 100  # enough verification steps to compare
     # A trained draft: well above the 1.0 of a draft that never matches.
     assert ours > 1.2
-    assert abs(theirs - ours) <= 0.10 * ours, (theirs, ours)
+    assert abs(theirs - ours) <= tolerance * ours, (theirs, ours)
     assert result["outputs_identical"], result
     result["checkpoint"] = checkpoint
     return result
@@ -63,13 +66,24 @@ def test_the_quickstart_dflash_draft_serves_at_specdraft_s_estimated_acceptance(
     assert len(result["vllm"]["per_position_given_previous"]) == 7
 
 
-def test_a_draft_vocabulary_serves_with_identical_outputs_at_the_estimated_acceptance(
+# A draft vocabulary (1024 of the tiny target's tokens: vLLM's own head has 1024 rows and maps
+# them through d2t) on sliding-window layers (a 32-token window, which cuts the context of most
+# served positions: prompts and answers run to ~200 tokens) with learned attention sinks.
+WINDOWED = (
+    "model.draft_vocab_size=1024",
+    "model.sliding_window=32",
+    "model.attention_sink_bias=true",
+)
+
+
+def test_a_windowed_draft_with_sinks_and_its_own_vocabulary_serves_as_estimated(
     vllm, tiny_target_path
 ):
-    # 1024 of the tiny target's tokens: vLLM's own head has 1024 rows and maps them through d2t.
-    result = served_quickstart(vllm, tiny_target_path, ("model.draft_vocab_size=1024",))
+    result = served_quickstart(vllm, tiny_target_path, WINDOWED, tolerance=0.02)
     config = json.loads((result["checkpoint"] / "config.json").read_text())
     assert config["draft_vocab_size"] == 1024
+    assert (config["sliding_window"], config["layer_types"]) == (32, ["sliding_attention"])
+    assert config["dflash_config"]["attention_sink_bias"] is True
 
 
 @pytest.mark.parametrize("family", sorted(EXPECTED))

@@ -90,12 +90,13 @@ def served_acceptance(
     speed_batch: int = 0,
     speed_batch1: int = 8,
     speed_tokens: int = 128,
+    eager: bool = False,
 ) -> dict[str, Any]:
     """vLLM's acceptance of the checkpoint's draft next to specdraft's estimate (see module);
     `on_start(vllm_version)` is called once vLLM is found, before the long part. With a
     `speed_batch`, the same engines also measure tokens/s (speed.py) on that many held-out
     prompts, `speed_batch1` of them one at a time, `speed_tokens` new tokens each: the result's
-    "speed"."""
+    "speed". `eager`: vLLM's engines without torch.compile (enforce_eager)."""
     from ..export import export_checkpoint
     from ..train.eval_run import evaluate_checkpoint
     from .speed import add_speed_request, speed_result
@@ -106,6 +107,7 @@ def served_acceptance(
         draft = Path(tmp) / "draft"
         export_checkpoint(checkpoint, draft, format="vllm", dtype=dtype)
         request = served_request(config, draft, family, prompts, dtype, mode="serve")
+        request["enforce_eager"] = eager
         if speed_batch:
             add_speed_request(
                 request, prompts[:speed_batch], batch1_prompts=speed_batch1,
@@ -121,6 +123,7 @@ def served_acceptance(
         "draft": child.get("draft", {}),
         "prompts": len(prompts),
         "num_speculative_tokens": request["num_speculative_tokens"],
+        "enforce_eager": eager,
     }
     if speed_batch:
         result["speed"] = speed_result({**child, "vllm_version": result["vllm_version"]},

@@ -82,6 +82,7 @@ def speed_result(child: dict[str, Any], request: dict[str, Any], family: str) ->
         "batch1_prompts": speed["batch1_prompts"],
         "max_tokens": speed["max_tokens"],
         "draft_tokens": int(request["num_speculative_tokens"]),
+        "enforce_eager": bool(request.get("enforce_eager")),
         "settings": [],
     }
     if result["stage"] != "done":
@@ -112,7 +113,7 @@ def speed_lines(result: dict[str, Any]) -> list[str]:
         f"output tokens/s, vLLM {result['vllm_version']}, greedy, {result['max_tokens']} new "
         f"tokens, {result['draft_tokens']} speculative tokens; batch 1 = "
         f"{result['batch1_prompts']} prompts one at a time, batch {result['prompts']} = all "
-        "at once",
+        "at once" + (" (eager: no torch.compile)" if result.get("enforce_eager") else ""),
         f"{'setting':<24} {'accept len':>10} {'batch 1':>9} {'x':>6} "
         f"{'batch ' + str(result['prompts']):>9} {'x':>6}  identical",
     ]
