@@ -96,9 +96,16 @@ test: setup
 	# clone), likewise in the background; the llama.cpp tests wait for it on its lock.
 	bash scripts/llama_cpp_build.sh >build/llama-cpp-build.log 2>&1 &
 	$(BIN)/ruff check .
+	# tox's envs (`make tox`: each package installed alone, mostly pip on one core) run beside
+	# the suite at the lowest CPU priority, so they take the core the suite leaves idle (its
+	# last file running alone) instead of two minutes after it; their output follows the
+	# suite's, and either failing fails the target.
+	( nice -n 19 $(MAKE) --no-print-directory tox >build/tox.log 2>&1 ) & tox=$$!; \
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-		--durations=20 --record-durations tests
-	$(MAKE) tox
+		--durations=20 --record-durations tests; suite=$$?; \
+	wait $$tox; tox_status=$$?; cat build/tox.log; \
+	echo "suite: exit $$suite; tox envs: exit $$tox_status"; \
+	[ $$suite -eq 0 ] && [ $$tox_status -eq 0 ]
 
 # tox.ini's envs (config, collate, trainer, cli), one at a time: each package installed alone from
 # its wheel with pip, not editable, with the siblings it declares; then `pip check`, the install

@@ -75,19 +75,20 @@ def quickstart_overrides(target: Path, data: Path, output_dir: Path) -> list[str
 def quickstart_dflash_run(target: Path, extra: tuple[str, ...] = ()) -> tuple[Path, list[str]]:
     """The small quickstart's plain-DFlash draft, trained once (cached): (checkpoint, --set).
 
-    `extra`: more KEY=VALUE overrides of the run (a draft vocabulary), part of the cache key.
+    `extra`: more KEY=VALUE overrides of the run (a draft vocabulary), part of the cache key;
+    such a variant trains on the plain run's data (quickstart_family_run), not regenerated.
     """
     from specdraft.trainer.runtime.cache import cache_root, recipe_hash
 
+    if extra:
+        return quickstart_family_run(target, "dflash", extra)
     recipe = {
         "config": QUICKSTART_DFLASH.read_text(),
         "target": str(target),
         "data": QUICKSTART_DATA,
         "new_tokens": QUICKSTART_NEW_TOKENS,
     }
-    if extra:
-        recipe["extra"] = list(extra)
-    more = [item for pair in extra for item in ("--set", pair)]
+    more: list[str] = []
     final = cache_root() / "serve" / f"quickstart-dflash-{recipe_hash(recipe)}"
 
     def build(tmp: Path) -> None:
@@ -207,13 +208,13 @@ def quickstart_family_run(
     """The small quickstart's draft of `family` (see QUICKSTART_FAMILIES) with the `extra`
     overrides, trained once (cached): (checkpoint, --set options of its run).
 
-    DFlash is quickstart_dflash_run's own (shared with the vLLM tests); the other families
-    train on the data that run regenerated, so only their training is added.
+    The plain DFlash run is quickstart_dflash_run's own (shared with the vLLM tests); every
+    other run trains on the data that run regenerated, so only its training is added.
     """
     from specdraft.trainer.runtime.cache import cache_root, recipe_hash
 
-    if family == "dflash":
-        return quickstart_dflash_run(target, extra)
+    if family == "dflash" and not extra:
+        return quickstart_dflash_run(target)
     base, _ = quickstart_dflash_run(target)
     data = base.parents[2] / "data"
     pairs = (*QUICKSTART_FAMILIES[family], *extra)
