@@ -8,7 +8,8 @@ Steps (each skipped when its output is already there, so a rerun reuses what is 
 4. training (`specdraft train`, resumed from its last checkpoint when interrupted);
 5. served: `specdraft eval --engine vllm --speed`: vLLM's acceptance length and per-position
    acceptance next to specdraft's estimate, greedy outputs with and without the draft, and
-   output tokens/s at batch 1 and 16 for the target alone, with the draft and with n-gram;
+   output tokens/s at batch 1 and 16 for the target alone, with the draft and with n-gram,
+   each at the block's 7 speculative tokens and at 3 (`--speed-draft-tokens`), and the fastest;
 6. served by llama.cpp (scripts/real_check_llama.py): the same draft through llama-server
    with the wheel's Q4_1 target and with the f32 GGUF of the HF target, at batch 1: the target
    alone, the draft at 3 and at all its block's tokens, llama.cpp's n-gram modes.
@@ -138,6 +139,13 @@ def main() -> None:
         "--speed-tokens", type=int, default=128, help="new tokens per prompt of vLLM's tokens/s"
     )
     parser.add_argument("--no-speed", action="store_true", help="skip the tokens/s measurement")
+    parser.add_argument(
+        "--speed-draft-tokens",
+        default="3",
+        metavar="N,...",
+        help="vLLM also serves the draft and n-gram at these speculative tokens per step (two "
+        "engines each; '' for none): on CPU a shorter step can pay where the block's does not",
+    )
     parser.add_argument(
         "--vllm-eager",
         action="store_true",
@@ -304,6 +312,8 @@ def main() -> None:
             "--speed", "--speed-batch", str(args.speed_batch),
             "--speed-tokens", str(args.speed_tokens),
         ]  # fmt: skip
+        if speed and args.speed_draft_tokens.strip():
+            speed += ["--speed-draft-tokens", args.speed_draft_tokens]
         report = run_dir / "served.json"
         command = [*eval_command, "--checkpoint", str(last), "--engine", "vllm", *speed]
         command += ["--vllm-eager"] if args.vllm_eager else []

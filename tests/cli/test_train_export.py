@@ -392,6 +392,26 @@ def test_llama_cpp_speed_settings_need_its_engine_and_known_names(
     assert "--vllm-eager runs vLLM's engines: add --engine vllm" in done.output
 
 
+def test_more_vllm_draft_token_counts_need_vllm_speed_and_positive_numbers(
+    trained, tiny_target_path, tmp_path
+):
+    _, checkpoint, _, _, _ = trained
+    config = eval_config(tiny_target_path, tmp_path)
+    base = ["eval", str(config), "--checkpoint", str(checkpoint)]
+    # Without --speed, or on llama.cpp (which has --draft-tokens), the counts would be ignored.
+    for extra in (["--engine", "vllm"], ["--engine", "llama.cpp", "--speed"]):
+        done = CliRunner().invoke(cli, [*base, *extra, "--speed-draft-tokens", "3"])
+        assert done.exit_code == 2, done.output
+        assert "add --engine vllm --speed" in done.output
+    # Checked before vLLM is looked for.
+    for bad in ("3,x", "0", "-2"):
+        done = CliRunner().invoke(
+            cli, [*base, "--engine", "vllm", "--speed", "--speed-draft-tokens", bad]
+        )
+        assert done.exit_code == 2, done.output
+        assert "is not a positive number of tokens" in done.output
+
+
 def test_a_new_family_s_export_folder_is_a_draft_not_a_foreign_model(tmp_path, monkeypatch):
     """The drafts export recognises come from the registered families: a family added by its
     folder alone (no hand-kept list) can be re-exported over with --force, while a target's

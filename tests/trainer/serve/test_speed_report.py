@@ -69,3 +69,30 @@ def test_the_settings_are_none_the_draft_and_ngram_with_the_same_token_budget():
     assert ngram["speculative_config"]["num_speculative_tokens"] == 7
     lookup = ngram["speculative_config"]
     assert 1 <= lookup["prompt_lookup_min"] <= lookup["prompt_lookup_max"]
+
+
+def test_more_token_counts_add_the_draft_and_ngram_at_each_count_once():
+    settings = speed_settings(Path("/d"), "dflash", 7, 7, more_tokens=[5, 3, 7, 3])
+    names = [s["name"] for s in settings]
+    # The draft's own count is not served twice; the others in increasing order.
+    assert names == ["none", "draft", "ngram", "draft-3", "ngram-3", "draft-5", "ngram-5"]
+    by_name = {s["name"]: s for s in settings}
+    assert by_name["draft-3"]["speculative_config"]["num_speculative_tokens"] == 3
+    assert by_name["draft-3"]["speculative_config"]["model"] == "/d"
+    assert by_name["ngram-5"]["speculative_config"]["method"] == "ngram"
+    assert by_name["ngram-5"]["speculative_config"]["num_speculative_tokens"] == 5
+
+
+def test_the_table_names_each_token_count_and_the_fastest_honest_setting():
+    rows = [
+        setting("none", 10.0, 4.0),
+        {**setting("draft", 12.0, 8.0, accept=1.2), "speculative_tokens": 7},
+        {**setting("ngram", 8.0, 4.0, accept=3.1), "speculative_tokens": 7},
+        {**setting("draft-3", 9.0, 6.0, accept=1.2), "speculative_tokens": 3},
+        # The fastest, but one answer differs from the target's: never the pick.
+        {**setting("ngram-3", 4.0, 4.0, accept=2.0, identical=3), "speculative_tokens": 3},
+    ]
+    lines = speed_lines(result(*rows))
+    assert any(line.startswith("dflash draft, 3 tokens") for line in lines)
+    assert any(line.startswith("n-gram 2-4, 7 tokens") for line in lines)
+    assert lines[-1].startswith("fastest at batch 1: n-gram 2-4, 7 tokens (1.25x")

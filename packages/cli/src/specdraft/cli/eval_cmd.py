@@ -67,6 +67,15 @@ class EvalUsageError(click.ClickException):
     help="With --engine vllm --speed: new tokens per prompt of the tokens/s measurement.",
 )
 @click.option(
+    "--speed-draft-tokens",
+    metavar="N,...",
+    default=None,
+    help="With --engine vllm --speed: also serve the draft and n-gram speculation at these "
+    "speculative tokens per step (e.g. 3,5), beside the draft's own block_size - 1; two more "
+    "engines each. On CPU a shorter step can pay where a long one does not; the table names "
+    "the fastest setting at batch 1.",
+)
+@click.option(
     "--vllm-eager",
     is_flag=True,
     help="With --engine vllm: run vLLM's engines without torch.compile (enforce_eager). Each "
@@ -123,6 +132,7 @@ def eval_(
     speed: bool,
     speed_batch: int,
     speed_tokens: int,
+    speed_draft_tokens: str | None,
     vllm_eager: bool,
     target_gguf: str | None,
     threads: int,
@@ -160,6 +170,12 @@ def eval_(
         raise EvalUsageError("--speed measures serving: add --engine vllm or --engine llama.cpp")
     if vllm_eager and engine != "vllm":
         raise EvalUsageError("--vllm-eager runs vLLM's engines: add --engine vllm")
+    more_tokens = _token_counts(speed_draft_tokens)
+    if more_tokens and not (speed and engine == "vllm"):
+        raise EvalUsageError(
+            "--speed-draft-tokens adds vLLM speed settings: add --engine vllm --speed "
+            "(llama.cpp: --draft-tokens)"
+        )
     if engine != "llama.cpp" and (target_gguf or draft_tokens is not None or speed_settings):
         raise EvalUsageError(
             "--target-gguf, --draft-tokens and --speed-settings serve with llama.cpp: add "
@@ -182,7 +198,7 @@ def eval_(
         if engine == "vllm":
             served(
                 config, checkpoint, vllm_python, fmt, speed_batch if speed else 0, speed_tokens,
-                eager=vllm_eager,
+                eager=vllm_eager, more_tokens=more_tokens,
             )  # fmt: skip
             return
         from specdraft.trainer.train.eval_run import evaluate_checkpoint
@@ -211,6 +227,19 @@ def _names(value: str | None) -> list[str] | None:
     return [name.strip() for name in value.split(",") if name.strip()]
 
 
+def _token_counts(value: str | None) -> list[int]:
+    """--speed-draft-tokens as positive integers, or a usage error naming the bad one."""
+    counts = []
+    for name in _names(value) or []:
+        if not name.isdigit() or int(name) < 1:
+            raise EvalUsageError(
+                f"--speed-draft-tokens {value}: {name!r} is not a positive number of tokens "
+                "(e.g. --speed-draft-tokens 3,5)"
+            )
+        counts.append(int(name))
+    return counts
+
+
 def served(
     config: Any,
     checkpoint: str,
@@ -219,6 +248,7 @@ def served(
     speed_batch: int = 0,
     speed_tokens: int = 128,
     eager: bool = False,
+    more_tokens: list[int] | None = None,
 ) -> None:
     """`--engine vllm`: vLLM's measured acceptance next to specdraft's estimate (and, with a
     `speed_batch`, tokens/s with and without the draft and with n-gram speculation); `eager`:
@@ -239,8 +269,9 @@ def served(
         python = Path(vllm_python) if vllm_python else default_vllm_python()
         log.parent.mkdir(parents=True, exist_ok=True)
 
+        also = f" (and at {', '.join(map(str, more_tokens))} tokens)" if more_tokens else ""
         speed_words = (
-            ", then tokens/s: the target alone, with the draft, with n-gram speculation"
+            ", then tokens/s: the target alone, with the draft, with n-gram speculation" + also
             if speed_batch
             else ""
         )
@@ -255,6 +286,7 @@ def served(
         result = served_acceptance(
             config, checkpoint, python=python, log=log, on_start=starting,
             speed_batch=speed_batch, speed_tokens=speed_tokens, eager=eager,
+            speed_more_tokens=more_tokens or (),
         )  # fmt: skip
     except VllmUnavailable as exc:
         raise EvalUsageError(str(exc)) from None

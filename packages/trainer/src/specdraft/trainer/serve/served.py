@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -90,13 +90,15 @@ def served_acceptance(
     speed_batch: int = 0,
     speed_batch1: int = 8,
     speed_tokens: int = 128,
+    speed_more_tokens: Collection[int] = (),
     eager: bool = False,
 ) -> dict[str, Any]:
     """vLLM's acceptance of the checkpoint's draft next to specdraft's estimate (see module);
     `on_start(vllm_version)` is called once vLLM is found, before the long part. With a
     `speed_batch`, the same engines also measure tokens/s (speed.py) on that many held-out
     prompts, `speed_batch1` of them one at a time, `speed_tokens` new tokens each: the result's
-    "speed". `eager`: vLLM's engines without torch.compile (enforce_eager)."""
+    "speed"; `speed_more_tokens`: the draft and n-gram again at these speculative tokens per
+    step. `eager`: vLLM's engines without torch.compile (enforce_eager)."""
     from ..export import export_checkpoint
     from ..train.eval_run import evaluate_checkpoint
     from .speed import add_speed_request, speed_result
@@ -111,9 +113,10 @@ def served_acceptance(
         if speed_batch:
             add_speed_request(
                 request, prompts[:speed_batch], batch1_prompts=speed_batch1,
-                max_tokens=speed_tokens,
+                max_tokens=speed_tokens, more_tokens=speed_more_tokens,
             )  # fmt: skip
-            timeout *= 3  # three more measurements, the n-gram engine among them
+            # One more measurement per setting, the n-gram engines and any other token counts.
+            timeout *= len(request["speed"]["settings"])
         child = run_vllm_child(request, python=python, log=log, timeout=timeout)
     result: dict[str, Any] = {
         "family": family,
