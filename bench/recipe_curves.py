@@ -152,7 +152,8 @@ def run_command(name: str, overrides: dict[str, str], features: Path, steps: int
     out = WORK / "curves" / name
     settings = {
         **overrides,
-        "run_id": json.dumps(f"curves-{name}"),
+        # run_id allows letters, digits and ._- only: a combined variant's '+' becomes '_'.
+        "run_id": json.dumps(f"curves-{name.replace('+', '_')}"),
         "output_dir": json.dumps(str(out)),
         "training.max_steps": str(steps),
         # The recipe's 4 epochs end a run at 860 steps whatever max_steps says: a cheaper
