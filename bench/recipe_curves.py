@@ -1,7 +1,7 @@
 """Recipe ablations on the real target as learning curves: every variant trained by
 `specdraft train` from the same weights on the same batches, at equal training time.
 
-    python bench/recipe_curves.py --variants base,lr1e-3,anchors128 --budget-min 40
+    python bench/recipe_curves.py --variants base,anchors64,layers2 --budget-min 30
     python bench/recipe_curves.py --variants base,lr1e-3 --plot-only      # redraw, no training
 
 Starts from what `make real-check` builds (scripts/real_check.py --stop-after features: the
@@ -41,13 +41,22 @@ CONFIG = "examples/smollm2-135m-dflash.toml"
 WORK = ROOT / "build" / "real"
 FEATURES = WORK / "run-dflash-features"
 
-# One lever each; values are TOML literals for --set.
-VARIANTS: dict[str, dict[str, str]] = {
-    # The 2026-12-02 recipe: lr 3e-3, 3% warmup, cosine, 32 anchors, 1 layer, full vocabulary.
+# One lever each; values are TOML literals for --set, None drops the key from the recipe (TOML
+# has no null, so such a variant trains from a copy of the recipe without it: `config_for`).
+VARIANTS: dict[str, dict[str, str | None]] = {
+    # The recipe as it is (since 2026-12-06: 16,384-token draft vocabulary, lr 1e-3, 3% warmup,
+    # cosine, 32 anchors, 1 layer).
     "base": {},
-    # The same recipe exactly as it ran (4 epochs = 860 steps, cosine over them): the reference
-    # curve for "reaches the old recipe's final tau in half the time".
-    "recipe1202": {"training.max_steps": "860"},
+    # The 2026-12-02 recipe exactly as it ran (full vocabulary, lr 3e-3, 4 epochs = 860 steps,
+    # cosine over them): the reference curve for "reaches the old recipe's final tau in half
+    # the time".
+    "recipe1202": {
+        "training.max_steps": "860",
+        "training.learning_rate": "3e-3",
+        "model.draft_vocab_size": None,
+    },
+    # vocab16k and lr1e-3 are the recipe's own values since 2026-12-06 (kept so that the card's
+    # commands still name them: each is `base` now).
     "lr1e-3": {"training.learning_rate": "1e-3"},
     "lr6e-4": {"training.learning_rate": "6e-4"},
     "lr6e-3": {"training.learning_rate": "6e-3"},
@@ -74,9 +83,9 @@ VARIANTS: dict[str, dict[str, str]] = {
 FEATURE_KEYS = ("model.target_layer_ids", "model.algorithm")
 
 
-def overrides_of(name: str, taps: dict[str, str]) -> dict[str, str]:
-    """The --set overrides of a variant name (parts joined by '+')."""
-    merged: dict[str, str] = {}
+def overrides_of(name: str, taps: dict[str, str]) -> dict[str, str | None]:
+    """The --set overrides of a variant name (parts joined by '+'); None drops a key."""
+    merged: dict[str, str | None] = {}
     for part in name.split("+"):
         if part in taps:
             merged["model.target_layer_ids"] = taps[part]
@@ -88,9 +97,37 @@ def overrides_of(name: str, taps: dict[str, str]) -> dict[str, str]:
     return merged
 
 
-def sets(overrides: dict[str, str]) -> list[str]:
-    """`--set key=value` arguments."""
-    return [item for key, value in overrides.items() for item in ("--set", f"{key}={value}")]
+def sets(overrides: dict[str, str | None]) -> list[str]:
+    """`--set key=value` arguments (a dropped key, None, is `config_for`'s, not a --set)."""
+    return [
+        item
+        for key, value in overrides.items()
+        if value is not None
+        for item in ("--set", f"{key}={value}")
+    ]
+
+
+def config_for(name: str, overrides: dict[str, str | None]) -> str:
+    """The config a variant trains from: the recipe, or a copy without the keys it drops."""
+    dropped = [key for key, value in overrides.items() if value is None]
+    if not dropped:
+        return CONFIG
+    import tomli
+
+    from specdraft.config.toml_writer import dump_toml
+
+    data = tomli.loads((ROOT / CONFIG).read_text())
+    for key in dropped:
+        *tables, last = key.split(".")
+        node = data
+        for table in tables:
+            node = node.get(table, {})
+        node.pop(last, None)
+    path = WORK / "curves" / f"{name.replace('+', '_')}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = f"{CONFIG} without {', '.join(dropped)} (bench/recipe_curves.py, variant {name})"
+    path.write_text(dump_toml(data, header=header))
+    return str(path)
 
 
 def data_sets(features: Path) -> list[str]:
@@ -127,7 +164,7 @@ def features_for(overrides: dict[str, str], env: dict[str, str]) -> Path:
     return folder
 
 
-def seconds_per_step(name: str, overrides: dict[str, str], features: Path, env) -> float:
+def seconds_per_step(name: str, overrides: dict[str, str | None], features: Path, env) -> float:
     """A variant's training CPU seconds per step, from a short probe run (steps 5-12)."""
     with tempfile.TemporaryDirectory(prefix=f"probe-{name}-", dir=WORK) as tmp:
         probe = {
@@ -139,7 +176,8 @@ def seconds_per_step(name: str, overrides: dict[str, str], features: Path, env) 
             "training.save_interval": "1000",
             "tracking.progress_bar": "false",
         }
-        command = [SPECDRAFT, "train", CONFIG, *data_sets(features), *sets(probe), "--overwrite"]
+        config = config_for(name, overrides)
+        command = [SPECDRAFT, "train", config, *data_sets(features), *sets(probe), "--overwrite"]
         subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True)
         lines = [json.loads(x) for x in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
         # CPU seconds (one thread), which other jobs on the machine do not stretch.
@@ -147,7 +185,9 @@ def seconds_per_step(name: str, overrides: dict[str, str], features: Path, env) 
     return (cpu[12] - cpu[4]) / 8
 
 
-def run_command(name: str, overrides: dict[str, str], features: Path, steps: int, args) -> list:
+def run_command(
+    name: str, overrides: dict[str, str | None], features: Path, steps: int, args
+) -> list:
     """The `specdraft train` command of a variant (resuming when it has a checkpoint)."""
     out = WORK / "curves" / name
     settings = {
@@ -166,7 +206,8 @@ def run_command(name: str, overrides: dict[str, str], features: Path, steps: int
         "training.keep_last_checkpoints": "1",
         "tracking.progress_bar": "false",
     }
-    command = [SPECDRAFT, "train", CONFIG, *data_sets(features), *sets(settings)]
+    command = [SPECDRAFT, "train", config_for(name, overrides), *data_sets(features)]
+    command += sets(settings)
     if any((out / "checkpoints").glob("step-*")):
         command += ["--resume", "latest"]
     elif out.exists():

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recipe_curves import CONFIG, FEATURES, ROOT, SPECDRAFT, WORK, data_sets, sets
+from recipe_curves import FEATURES, ROOT, SPECDRAFT, WORK, config_for, data_sets, sets
 
 OUT = WORK / "served-settings"
 COMPARED = "ngram-simple,ngram-mod,synth-full"
@@ -51,7 +51,8 @@ def serve(name: str, tokens: int, target: str | None, threads: int) -> dict:
         kept = json.loads(out.read_text())
         if kept.get("key") == key and kept.get("stage") == "done":
             return kept
-    command = [SPECDRAFT, "eval", CONFIG, *data_sets(FEATURES), *sets(overrides)]
+    command = [SPECDRAFT, "eval", config_for(name, overrides), *data_sets(FEATURES)]
+    command += sets(overrides)
     command += sets({"output_dir": json.dumps(str(WORK / "curves" / name))})
     command += ["--checkpoint", str(checkpoint), "--engine", "llama.cpp", "--speed"]
     command += ["--parallel", "1", "--threads", str(threads), "--draft-tokens", str(tokens)]
