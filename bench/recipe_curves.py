@@ -62,6 +62,7 @@ VARIANTS: dict[str, dict[str, str | None]] = {
     "lr6e-3": {"training.learning_rate": "6e-3"},
     "warmup10": {"training.warmup_ratio": "0.1"},
     "constant": {"training.lr_scheduler": '"constant"'},
+    "anchors16": {"training.num_anchors": "16"},
     "anchors64": {"training.num_anchors": "64"},
     "anchors128": {"training.num_anchors": "128"},
     "anchors256": {"training.num_anchors": "256"},
@@ -72,7 +73,8 @@ VARIANTS: dict[str, dict[str, str | None]] = {
     "vocab16k": {"model.draft_vocab_size": "16384"},
     "vocab4k": {"model.draft_vocab_size": "4096"},
     "gamma7": {"training.loss_decay_gamma": "7.0"},
-    "block4": {"model.block_size": "4"},
+    # No published gamma for block 4 (lint SD304): half of block 8's 4, as the block halves.
+    "block4": {"model.block_size": "4", "training.loss_decay_gamma": "2.0"},
     "dflash2": {"model.algorithm": '"dflash2"'},
     "dspark": {
         "model.algorithm": '"dspark"',
@@ -178,7 +180,9 @@ def seconds_per_step(name: str, overrides: dict[str, str | None], features: Path
         }
         config = config_for(name, overrides)
         command = [SPECDRAFT, "train", config, *data_sets(features), *sets(probe), "--overwrite"]
-        subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True)
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"recipe_curves: the probe run of {name} failed:\n{done.stderr[-2000:]}")
         lines = [json.loads(x) for x in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
         # CPU seconds (one thread), which other jobs on the machine do not stretch.
         cpu = {line["step"]: line["time/train_cpu_s"] for line in lines if "loss" in line}
