@@ -139,9 +139,12 @@ def test_dflash_ce_against_argmax_labels_matches_a_hand_computation(setup):
     # The labels differ from the tokens here (a random corpus), so the loss does too.
     tokens = draft(batch, head, DraftTrainSpec(num_anchors=6, loss_decay_gamma=GAMMA))
     assert not torch.allclose(tokens.numerator, loss.numerator)
-    # Labels equal to the tokens give the tokens' loss exactly.
+    # Labels equal to the tokens give the tokens' loss, to float64 rounding: the label path
+    # sums its logit chunks in another order (CI once saw the last bit differ).
     same = {**batch, TARGET_LABELS: batch["input_ids"]}
-    assert torch.equal(draft(same, head, spec).numerator, tokens.numerator)
+    torch.testing.assert_close(
+        draft(same, head, spec).numerator, tokens.numerator, rtol=1e-12, atol=1e-12
+    )
 
 
 def _reference_kl(draft, batch, head, spec):
@@ -331,11 +334,17 @@ def test_on_a_corpus_the_target_regenerated_argmax_labels_are_its_tokens(
             assert torch.equal(labels[start : start + shared], ids[start : start + shared])
             if shared < min(len(greedy), stop - start):
                 assert labels[start + shared] == greedy[shared] != ids[start + shared]
-                # They part where the answer was cut (the end-of-turn token follows) or where
-                # the same text is split into other tokens.
+                # They part where the answer was cut (the end-of-turn token follows), where
+                # the same text is split into other tokens, or where the target wrote a
+                # special token inside its answer, which the regenerated text drops
+                # (skip_special_tokens; CI once saw the tiny target write <|im_start|>).
                 ours = tokenizer.decode(greedy[shared : shared + 4])
                 theirs = tokenizer.decode(ids[start + shared : start + shared + 4])
-                assert ids[start + shared] == eos or ours[:2] == theirs[:2], (ours, theirs)
+                dropped = int(greedy[shared]) in tokenizer.all_special_ids
+                assert ids[start + shared] == eos or dropped or ours[:2] == theirs[:2], (
+                    ours,
+                    theirs,
+                )
             own[start : start + shared] = 1
         own_total, supervised_total = own_total + int(own.sum()), supervised_total + int(mask.sum())
         samples.append((ids, own, index, features[0], labels))

@@ -229,6 +229,33 @@ def test_removing_a_key_sweeps_what_a_killed_writer_left_but_not_a_live_write(tm
     assert not (store.root / "run" / "2").exists(), "the emptied folders are pruned"
 
 
+def test_the_producer_sweeps_a_killed_writers_files_that_no_remove_would_reach(tmp_path):
+    """A capture server killed before its first rename leaves a temporary file under a key
+    that never existed and that nobody removes (the sample is captured again under a new
+    attempt). The next launch's producer deletes it and prunes its folders; a live write, an
+    object and another role's open are left alone."""
+    root = local_store_root(tmp_path)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    orphan = root / "run" / "3" / "1" / f".hidden_states.{int(dead.stdout)}.0123abcd.tmp"
+    live = root / "run" / "4" / "1" / f".input_ids.{os.getpid()}.4567cdef.tmp"
+    for temp in (orphan, live):
+        temp.parent.mkdir(parents=True)
+        temp.write_bytes(b"partial")
+    LocalFeatureStore(root).put("run/5/1/loss_mask", b"kept")
+    open_store(DisaggregatedConfig(), tmp_path, role="trainer")
+    assert orphan.exists(), "only the producer sweeps"
+    store = open_store(DisaggregatedConfig(), tmp_path, role="producer")
+    assert not orphan.exists() and not (root / "run" / "3").exists()
+    assert live.exists()
+    assert store.get("run/5/1/loss_mask") == b"kept"
+    assert store.sweep_dead_writes() == 0
+
+
 def test_a_damaged_object_is_reported_not_misread(tmp_path):
     meta = TensorMeta("hidden_states", "run/1/g0/hidden_states", (4, 8), "bfloat16")
     with pytest.raises(StoreError, match=r"holds 10 bytes.*needs 64"):

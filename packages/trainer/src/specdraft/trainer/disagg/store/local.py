@@ -120,6 +120,25 @@ class LocalFeatureStore:
     def close(self) -> None:
         """Nothing to release: the objects stay on disk for the other processes."""
 
+    def sweep_dead_writes(self) -> int:
+        """Delete every temporary file whose writer has died, anywhere under the root.
+
+        `remove` cleans a key's own leftovers, but a write killed before its object ever
+        existed belongs to a key nobody removes: the producer captures that sample again under
+        a new attempt. Returns how many files went."""
+        swept = 0
+        for folder, _dirs, names in os.walk(self.root, topdown=False):
+            for name in names:
+                if is_temp_name(name) and not _alive(_writer_pid(name)):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(folder, name))
+                        swept += 1
+            if Path(folder) != self.root:
+                # Emptied by the sweep (or by an earlier prune that lost a race): prune it too.
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)
+        return swept
+
 
 def _remove_dead_writers_leftovers(path: Path) -> None:
     """Delete the temporary files of `path` whose writer has died (killed before its rename).
@@ -165,8 +184,12 @@ def _make_folders(root: Path, folder: Path) -> None:
 
 
 def _open(cfg: DisaggregatedConfig, run_dir: Path, role: str) -> LocalFeatureStore:
-    """The run folder's store: every role opens the same files."""
-    return LocalFeatureStore(local_store_root(run_dir))
+    """The run folder's store: every role opens the same files; the producer, one per launch,
+    first sweeps what writers killed in an earlier launch left behind."""
+    store = LocalFeatureStore(local_store_root(run_dir))
+    if role == "producer":
+        store.sweep_dead_writes()
+    return store
 
 
 KIND = StoreKind("local", open=_open)
