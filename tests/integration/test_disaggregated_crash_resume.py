@@ -165,9 +165,9 @@ def crash(
         launcher = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=out)
     try:
         deadline = time.monotonic() + RUN_TIMEOUT_S
-        killed = target = None
+        target = None
         seen: list[tuple[int, int]] = []  # (trained, held) as the ledger went, for a failure
-        while killed is None:
+        while True:
             assert launcher.poll() is None, (
                 f"the run ended ({launcher.returncode}) before the crash; (trained, held) went "
                 f"{seen}:\n{console.read_text()[-4000:]}\n{service_logs(run_dir)}"
@@ -183,10 +183,9 @@ def crash(
             # At or past the step: between two 50 ms reads the ranks may train the target step
             # and the next (seen on CI: (6, 16) then (8, 12)), so an exact match can miss it.
             if target is not None and now[0] >= trained and now[1] == HIGH_WATERMARK:
-                killed = target
                 break
             time.sleep(0.05)
-        os.kill(killed, signal.SIGKILL)
+        os.kill(target, signal.SIGKILL)
         launcher.wait(timeout=RUN_TIMEOUT_S)
     finally:
         if launcher.poll() is None:

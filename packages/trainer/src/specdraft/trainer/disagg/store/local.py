@@ -129,7 +129,7 @@ class LocalFeatureStore:
         swept = 0
         for folder, _dirs, names in os.walk(self.root, topdown=False):
             for name in names:
-                if is_temp_name(name) and not _alive(_writer_pid(name)):
+                if _left_by_a_dead_writer(name):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(folder, name))
                         swept += 1
@@ -153,9 +153,14 @@ def _remove_dead_writers_leftovers(path: Path) -> None:
     except FileNotFoundError:
         return
     for name in names:
-        if name.startswith(prefix) and is_temp_name(name) and not _alive(_writer_pid(name)):
+        if name.startswith(prefix) and _left_by_a_dead_writer(name):
             with contextlib.suppress(FileNotFoundError):
                 (path.parent / name).unlink()
+
+
+def _left_by_a_dead_writer(name: str) -> bool:
+    """Whether a file name is a temporary file whose writer is no longer alive."""
+    return is_temp_name(name) and not _alive(_writer_pid(name))
 
 
 def _writer_pid(temp: str) -> int:
