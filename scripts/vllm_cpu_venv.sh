@@ -10,22 +10,29 @@
 # (vLLM imports them lazily and serves text models without them). About 3.4 GB, ~5 minutes.
 # specdraft itself is not installed here: its vLLM child (specdraft/trainer/serve/vllm_child.py)
 # runs as a script on the standard library and vLLM, and reads the export specdraft wrote.
-# scripts/speculators_venv.sh layers speculators on this venv. A venv whose stamp matches this
-# script is kept.
+# scripts/speculators_venv.sh layers speculators on this venv. The venv is built once per machine
+# in the venv cache (~/.cache/specdraft/vllm-venv-HASH, scripts/venv_lock.sh) and VENV becomes a
+# link to it; a cached venv whose stamp matches this script is linked and kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv_lock.sh
 VENV="${1:-build/vllm-venv}"
 PYTHON="${PYTHON:-python3}"
 VLLM_VERSION="0.32.0"
-# One build at a time: `make test` starts one in the background; the serve tests wait here.
-venv_lock "$VENV"
-
 want="$(cat "$0" scripts/venv_lock.sh | sha256sum | cut -d' ' -f1)"
-if venv_current "$VENV" "$want"; then
+CACHED="$(venv_cached vllm-venv "$want")"
+# One build at a time, across clones: `make test` starts one in the background; the serve tests
+# (and another clone's run) wait here.
+venv_lock "$CACHED"
+if venv_current "$CACHED" "$want"; then
+  venv_link "$VENV" "$CACHED"
   exit 0
 fi
-rm -rf "$VENV"
+venv_prune vllm-venv "$CACHED"
+# Built in the cache under its final name; the stamp, written last, marks it finished.
+rm -rf "$CACHED"
+VENV_LINK="$VENV"
+VENV="$CACHED"
 "$PYTHON" -m venv "$VENV"
 pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "${pip[@]}" --upgrade pip
@@ -37,3 +44,4 @@ pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__)"
 venv_share_files "$VENV"
 venv_stamp "$VENV" "$want"
+venv_link "$VENV_LINK" "$VENV"
