@@ -119,6 +119,34 @@ def test_out_draws_one_line_per_run_into_a_png(runs, tmp_path):
     assert Image.open(both).width > 1.8 * Image.open(png).width
 
 
+def test_tokens_compares_a_long_block_with_a_short_one_as_each_would_be_served(tmp_path):
+    # A block-8 draft (7 rates) and a block-4 draft (3 rates): at 3 speculative tokens a step
+    # the long block accepts only its first three positions, 1 + .5 + .5*.4 + .5*.4*.5 = 1.8,
+    # and the short block's tau stays what it measured.
+    long = write_metrics(
+        tmp_path / "block8",
+        [(0, 0.0, 1.0, [0.0] * 7), (10, 5.0, 1.9, [0.5, 0.4, 0.5, 0.5, 0.5, 0.5, 0.5])],
+    )
+    short = write_metrics(
+        tmp_path / "block4", [(0, 0.0, 1.0, [0.0] * 3), (10, 4.0, 1.85, [0.6, 0.5, 0.3])]
+    )
+    done = invoke("curves", long, short, "--tokens", "3", "--reach", "1.82")
+    assert done.exit_code == 0, done.output
+    assert re.search(r"^\s+10\s+5\.00\s+1\.8000$", done.stdout, re.M)
+    assert "accept rate per position at step 10: 0.500 0.400 0.500\n" in done.stdout
+    assert re.search(r"^\s+10\s+4\.00\s+1\.8500$", done.stdout, re.M)
+    assert "tau 1.82: not reached (best 1.8000)" in done.stdout
+    assert "served with 3 speculative tokens a step" in done.stdout
+    whole = json.loads(invoke("curves", long, "--format", "json").stdout)
+    assert whole["runs"][0]["evals"][-1]["tau"] == 1.9  # without --tokens: the whole block
+    assert whole["speculative_tokens"] is None
+    cut = json.loads(invoke("curves", long, "--tokens", "3", "--format", "json").stdout)
+    assert cut["runs"][0]["evals"][-1]["tau"] == pytest.approx(1.8)
+    assert cut["speculative_tokens"] == 3
+    refused = invoke("curves", long, "--tokens", "0")
+    assert refused.exit_code == 2 and "--tokens" in refused.stderr
+
+
 def test_a_folder_without_metrics_is_refused_naming_it(runs, tmp_path):
     slow, _ = runs
     missing = tmp_path / "not-a-run"

@@ -9,6 +9,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from specdraft.trainer.curves.read import TRAIN_TIME_KEY, CurveError, read_curve
 from specdraft.trainer.curves.summary import reach, tau_summary
@@ -182,3 +184,29 @@ def test_a_nan_tau_is_read_but_never_best_or_reached(write_run):
     assert math.isnan(curve.points[1].tau)
     assert tau_summary(curve)["best"]["step"] == 20
     assert reach(curve, 1.1).between == (0, 20)
+
+
+@given(
+    rates=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=15),
+    tokens=st.integers(1, 16),
+)
+def test_served_at_is_the_acceptance_of_the_first_positions(tmp_path_factory, rates, tokens):
+    # 1 + the chance that positions 1..k all survive, summed over k <= tokens: never more than
+    # the whole block's, never less than 1, one more position never lowers it.
+    folder = tmp_path_factory.mktemp("run")
+    line = {"step": 4, "eval/tau": 99.0, "eval/accept_rate_per_pos": rates}
+    (folder / "metrics.jsonl").write_text(json.dumps(line) + "\n")
+    curve = read_curve(folder)
+    point = curve.served_at(tokens).points[0]
+    survive, expected = 1.0, 1.0
+    for rate in rates[:tokens]:
+        survive *= rate
+        expected += survive
+    if tokens < len(rates):
+        assert point.tau == pytest.approx(expected)
+        assert point.accept_rate_per_pos == rates[:tokens]
+        assert curve.served_at(tokens + 1).points[0].tau >= point.tau - 1e-12
+        assert 1.0 <= point.tau <= 1.0 + tokens
+    else:  # a block no longer than the setting is served whole: its measured tau stays
+        assert point.tau == 99.0 and point.accept_rate_per_pos == rates
+    assert curve.points[0].tau == 99.0  # the curve itself is left as it was read

@@ -58,6 +58,15 @@ def _fail(message: str) -> None:
     "process spent there (time/train_cpu_s): the fair clock for runs that shared a busy machine "
     "(compare one-thread runs; CPU time adds up every thread).",
 )
+@click.option(
+    "--tokens",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Judge each run as served with N speculative tokens a step (vLLM's "
+    "num_speculative_tokens, llama.cpp's --draft-max): tau becomes the acceptance of the "
+    "block's first N positions, so drafts of other block sizes compare at the setting they "
+    "would be served with. Default: the whole block.",
+)
 @format_option("text", "json", help="Text for people, JSON (the parsed curves) for machines.")
 def curves(
     run_dirs: tuple[Path, ...],
@@ -66,6 +75,7 @@ def curves(
     reach_taus: tuple[float, ...],
     x_axis: str,
     clock: str,
+    tokens: int | None,
     fmt: str,
 ) -> None:
     """Learning curves: held-out tau of one or several runs, against step and training time.
@@ -88,12 +98,14 @@ def curves(
         read = [read_curve(run, name, clock) for run, name in zip(run_dirs, names, strict=True)]
     except CurveError as err:
         _fail(f"curves: {err}")
+    if tokens is not None:
+        read = [curve.served_at(tokens) for curve in read]
     plot = None
     if out is not None:
         from specdraft.trainer.curves.plot import save_curves_plot
 
         try:
-            save_curves_plot(read, out, x_axis)
+            save_curves_plot(read, out, x_axis, tokens)
         except (OSError, RuntimeError, ValueError) as err:
             _fail(f"curves: cannot write the plot {out}: {err}")
         plot = str(out)
@@ -106,9 +118,9 @@ def curves(
             )
         click.echo(f"plot written to {out}", err=True)
     if fmt == "json":
-        click.echo(json.dumps(curves_json(read, reach_taus, plot), indent=2))
+        click.echo(json.dumps(curves_json(read, reach_taus, plot, tokens), indent=2))
     else:
-        click.echo(render_text(read, reach_taus, clock), nl=False)
+        click.echo(render_text(read, reach_taus, clock, tokens), nl=False)
 
 
 def _default_labels(run_dirs: tuple[Path, ...]) -> list[str]:

@@ -22,8 +22,9 @@ def time_unit(longest_s: float) -> tuple[float, str]:
     return 1.0, "s"
 
 
-def curves_figure(curves: Sequence[Curve], x: str = "both") -> Any:
-    """A matplotlib Figure: one panel per x axis of `x`, one line per run, a marker per eval.
+def curves_figure(curves: Sequence[Curve], x: str = "both", tokens: int | None = None) -> Any:
+    """A matplotlib Figure: one panel per x axis of `x`, one line per run, a marker per eval;
+    `tokens`: the curves are served_at(tokens), which the titles say.
 
     The time panel leaves out runs that recorded no training time (older versions); it raises
     ValueError when that is every run, since it would be empty.
@@ -55,16 +56,19 @@ def curves_figure(curves: Sequence[Curve], x: str = "both") -> Any:
             axes.set_xlabel("optimizer step")
         else:
             axes.set_xlabel(f"training time ({unit}; evaluation and checkpoints excluded)")
-        axes.set_ylabel("held-out tau (acceptance length)")
+        within = f", {tokens} speculative tokens" if tokens else ""
+        axes.set_ylabel(f"held-out tau (acceptance length{within})")
         axes.grid(True, alpha=0.3)
         axes.legend()
-    figure.suptitle("held-out tau")
+    figure.suptitle(f"held-out tau, served at {tokens} tokens a step" if tokens else "held-out tau")
     figure.tight_layout()
     return figure
 
 
-def save_curves_plot(curves: Sequence[Curve], path: str | Path, x: str = "both") -> Any:
+def save_curves_plot(
+    curves: Sequence[Curve], path: str | Path, x: str = "both", tokens: int | None = None
+) -> Any:
     """Draw the curves (see curves_figure) into a PNG file; return the figure."""
-    figure = curves_figure(curves, x)
+    figure = curves_figure(curves, x, tokens)
     figure.savefig(path, dpi=120)
     return figure

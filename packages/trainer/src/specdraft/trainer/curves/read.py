@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from ..serve.llama_counts import acceptance_length_within
 
 METRICS_NAME = "metrics.jsonl"
 EVAL_PREFIX = "eval/"
@@ -63,6 +65,21 @@ class Curve:
     def timed(self) -> bool:
         """Whether every evaluation records its training time (runs of older versions do not)."""
         return all(point.train_s is not None for point in self.points)
+
+    def served_at(self, tokens: int) -> Curve:
+        """The curve as a draft served with `tokens` speculative tokens per step would show it:
+        each point's tau is the acceptance of its block's first `tokens` positions (1 + the sum
+        of the survival rates), its rates cut to those positions. A block-8 draft served at 3
+        tokens then compares with a block-4 draft; a block no longer than `tokens` is as it was.
+        """
+        points = []
+        for point in self.points:
+            rates = point.accept_rate_per_pos
+            if tokens < len(rates):
+                tau = acceptance_length_within(rates, tokens)
+                point = replace(point, tau=tau, accept_rate_per_pos=list(rates[:tokens]))
+            points.append(point)
+        return replace(self, points=points)
 
 
 def metrics_path(run: Path) -> Path:

@@ -99,9 +99,13 @@ def render_comparison(curves: Sequence[Curve], tau: float) -> list[str]:
 
 
 def render_text(
-    curves: Sequence[Curve], reach_taus: Sequence[float] = (), clock: str = "wall"
+    curves: Sequence[Curve],
+    reach_taus: Sequence[float] = (),
+    clock: str = "wall",
+    tokens: int | None = None,
 ) -> str:
-    """The whole text report: every run, then the runs side by side for each `--reach` tau."""
+    """The whole text report: every run, then the runs side by side for each `--reach` tau;
+    `tokens`: the curves were served_at(tokens), which the closing note says."""
     blocks = ["\n".join(render_run(curve, reach_taus)) for curve in curves]
     if len(curves) > 1:
         blocks += ["\n".join(render_comparison(curves, tau)) for tau in reach_taus]
@@ -110,11 +114,19 @@ def render_text(
         f"training time: {seconds} inside optimizer steps (data wait included; warm-up,\n"
         "evaluation and checkpoint saves excluded); reach: linear between evaluations"
     )
+    if tokens:
+        note += (
+            f"\ntau: as served with {tokens} speculative tokens a step (the acceptance of each "
+            f"block's first {tokens} positions)"
+        )
     return "\n\n".join([*blocks, note]) + "\n"
 
 
 def curves_json(
-    curves: Sequence[Curve], reach_taus: Sequence[float] = (), plot: str | None = None
+    curves: Sequence[Curve],
+    reach_taus: Sequence[float] = (),
+    plot: str | None = None,
+    tokens: int | None = None,
 ) -> dict[str, Any]:
     """The report as `--format json` prints it: per run its evaluations, summary and reaches."""
     return {
@@ -132,4 +144,5 @@ def curves_json(
             for curve in curves
         ],
         "plot": plot,
+        "speculative_tokens": tokens,
     }
