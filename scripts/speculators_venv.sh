@@ -30,16 +30,11 @@ bash scripts/vllm_cpu_venv.sh "$VLLM_VENV"
 # it, so every clone shares one speculators venv.
 BASE_SITE="$(realpath "$("$VLLM_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')")"
 want="$(cat "$0" scripts/venv_lock.sh "$VLLM_VENV/.specdraft-stamp" <(echo "$BASE_SITE") | sha256sum | cut -d' ' -f1)"
-CACHED="$(venv_cached speculators-venv "$want")"
-venv_lock "$CACHED"
-if venv_current "$CACHED" "$want"; then
-  venv_link "$VENV" "$CACHED"
+if venv_from_cache speculators-venv "$want" "$VENV"; then
   exit 0
 fi
-venv_prune speculators-venv "$CACHED"
 
 # The stamp is written last: a half-built venv is rebuilt from scratch on the next call.
-rm -rf "$CACHED"
 VENV_LINK="$VENV"
 VENV="$CACHED"
 "$VLLM_VENV/bin/python" -m venv --without-pip "$VENV"

@@ -49,6 +49,21 @@ venv_link() {
   touch "$2/.specdraft-used"
 }
 
+# The cached builders' first step: set CACHED (venv_cached NAME HASH) and take its lock; when it
+# is current, link VENV to it and succeed (the builder exits 0); else prune its kind, clear
+# CACHED and fail, and the builder builds into CACHED, stamps it and links VENV to it.
+venv_from_cache() {
+  CACHED="$(venv_cached "$1" "$2")"
+  venv_lock "$CACHED"
+  if venv_current "$CACHED" "$2"; then
+    venv_link "$3" "$CACHED"
+    return 0
+  fi
+  venv_prune "$1" "$CACHED"
+  rm -rf "$CACHED"
+  return 1
+}
+
 # Remove the cached venvs of kind NAME other than KEEP that no clone has linked for
 # VENV_CACHE_KEEP_DAYS days (each is 0.3 to 2.5 GB); one being built (its lock held) is left.
 venv_prune() {

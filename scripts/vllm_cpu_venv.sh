@@ -20,17 +20,12 @@ VENV="${1:-build/vllm-venv}"
 PYTHON="${PYTHON:-python3}"
 VLLM_VERSION="0.32.0"
 want="$(cat "$0" scripts/venv_lock.sh | sha256sum | cut -d' ' -f1)"
-CACHED="$(venv_cached vllm-venv "$want")"
 # One build at a time, across clones: `make test` starts one in the background; the serve tests
 # (and another clone's run) wait here.
-venv_lock "$CACHED"
-if venv_current "$CACHED" "$want"; then
-  venv_link "$VENV" "$CACHED"
+if venv_from_cache vllm-venv "$want" "$VENV"; then
   exit 0
 fi
-venv_prune vllm-venv "$CACHED"
 # Built in the cache under its final name; the stamp, written last, marks it finished.
-rm -rf "$CACHED"
 VENV_LINK="$VENV"
 VENV="$CACHED"
 "$PYTHON" -m venv "$VENV"
