@@ -14,7 +14,8 @@ standard library and vLLM; specdraft is not installed there. The request says wh
   target's engines are the ones that served the prompts.
 
 The result is JSON: {"stage": "config" | "runner" | "serve" | "done", "error": ..., ...}. The
-guard below matters: vLLM starts its engine core in a spawned process that re-imports this file.
+engines run in this process (no engine-core or worker process: `engine_kwargs`); the guard below
+still matters should a vLLM setting spawn one, which re-imports this file.
 """
 
 from __future__ import annotations
@@ -95,6 +96,10 @@ def engine_kwargs(
         "max_model_len": int(request["max_model_len"]),
         "seed": 0,
         "disable_log_stats": False,
+        # The worker runs in this process: with VLLM_ENABLE_V1_MULTIPROCESSING=0 (vllm_engine's
+        # CHILD_ENV) there is no engine-core process either, so an engine starts without two
+        # spawned processes that each re-import vLLM (~20 s of its ~25 s start on two cores).
+        "distributed_executor_backend": "uni",
     }
     if request.get("enforce_eager"):
         # No torch.compile: the engine starts sooner (the served figures say so).

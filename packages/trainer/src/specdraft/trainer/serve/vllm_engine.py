@@ -23,6 +23,8 @@ CHILD_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "HF_HUB_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
+    # The engine core in this child process, not in one it spawns (vllm_child.engine_kwargs).
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
 }
 
 
