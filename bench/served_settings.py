@@ -13,6 +13,13 @@ synthetic full acceptance (`synth-full`: every one of its N tokens accepted, the
 verification still run), the ceiling that says how much of a gap is the draft's cost and how
 much its quality. Run it on an otherwise idle machine: llama.cpp's threads spin, and a busy core
 halves its speed. Answers are kept in build/real/served-settings/ and reused by a rerun.
+
+    python bench/served_settings.py --engine vllm --runs base,block4 --draft-tokens 3
+
+With `--engine vllm`, each run is served by vLLM's CPU build instead (`specdraft eval --engine
+vllm --speed`, compiled, fp32 target): the target alone, the draft and vLLM's n-gram
+speculation at the draft's own block_size - 1 tokens and at each N of --draft-tokens, batch 1
+and batch 16, greedy, on the same held-out prompts as `make real-check`'s served table.
 """
 
 from __future__ import annotations
@@ -72,6 +79,55 @@ def serve(name: str, tokens: int, target: str | None, threads: int) -> dict:
     return answer
 
 
+def serve_vllm(name: str, tokens: list[int]) -> dict:
+    """One `specdraft eval --engine vllm --speed` answer for a run (kept, reused): the draft and
+    n-gram at the block's tokens and at each of `tokens`."""
+    checkpoint, overrides = last_checkpoint(name)
+    out = OUT / f"{name}-vllm.json"
+    key = {"checkpoint": str(checkpoint), "tokens": tokens, "engine": "vllm"}
+    if out.is_file():
+        kept = json.loads(out.read_text())
+        if kept.get("key") == key and kept.get("stage") == "done":
+            return kept
+    command = [SPECDRAFT, "eval", config_for(name, overrides), *data_sets(FEATURES)]
+    command += sets(overrides)
+    command += sets({"output_dir": json.dumps(str(WORK / "curves" / name))})
+    command += ["--checkpoint", str(checkpoint), "--engine", "vllm", "--speed"]
+    command += ["--speed-draft-tokens", ",".join(map(str, tokens)), "--format", "json"]
+    print(f"+ {name}, vLLM, draft tokens {tokens} beside the block's", flush=True)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"served_settings: {name} (vLLM) failed:\n{done.stderr[-3000:]}")
+    answer = json.loads(done.stdout[done.stdout.index("{") :])
+    answer["key"] = key
+    OUT.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(answer, indent=1))
+    return answer
+
+
+def vllm_table(answers: list[tuple[str, dict]]) -> list[str]:
+    """One row per (run, setting): vLLM's acceptance, tokens/s at batch 1 and batch 16, ratios."""
+    lines = [
+        f"{'draft':<12} {'setting':<16} {'N':>2} {'accept':>7} {'batch 1':>8} {'x':>6} "
+        f"{'batch':>8} {'x':>6} identical"
+    ]
+    for name, answer in answers:
+        speed = answer["speed"]
+        rows = speed["settings"]
+        plain = next(row for row in rows if row["name"] == "none")
+        for row in rows:
+            accept = row.get("acceptance_length")
+            one, many = row["batch1"]["tokens_per_s"], row["batch"]["tokens_per_s"]
+            lines.append(
+                f"{name:<12} {row['name']:<16} {row.get('speculative_tokens') or '-':>2} "
+                f"{'-' if accept is None else f'{accept:.3f}':>7} {one:>8.1f} "
+                f"{one / plain['batch1']['tokens_per_s']:>5.2f}x {many:>8.1f} "
+                f"{many / plain['batch']['tokens_per_s']:>5.2f}x {row['identical']}/"
+                f"{speed['prompts']}"
+            )
+    return lines
+
+
 def ratio(rows: dict, setting: str, alone: float) -> str:
     """A setting's batch-1 tokens/s over the target alone's ('-' when it did not run)."""
     if setting not in rows:
@@ -108,8 +164,26 @@ def main() -> None:
     parser.add_argument("--draft-tokens", default="1,3,5,7")
     parser.add_argument("--target-gguf", choices=("q4_1", "f32"), default="q4_1")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--engine",
+        choices=("llama.cpp", "vllm"),
+        default="llama.cpp",
+        help="llama.cpp (the default: every N, its n-gram modes and the ceiling) or vLLM's CPU "
+        "build (the block's tokens and each N, beside vLLM's n-gram)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    if args.engine == "vllm":
+        tokens = [int(n) for n in args.draft_tokens.split(",") if n]
+        served = [(name, serve_vllm(name, tokens)) for name in args.runs.split(",") if name]
+        first = served[0][1]["speed"]
+        print(
+            f"\nvLLM {first['vllm_version']}, greedy, {first['max_tokens']} new tokens; batch 1 = "
+            f"{first['batch1_prompts']} prompts one at a time, batch = all {first['prompts']}; "
+            "x = tokens/s over the target alone's in the same run; n-gram proposes N too"
+        )
+        print("\n".join(vllm_table(served)))
+        return
     target = None if args.target_gguf == "q4_1" else "f32"
     answers = []
     for name in [n for n in args.runs.split(",") if n]:
