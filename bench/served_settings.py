@@ -48,12 +48,11 @@ def last_checkpoint(name: str) -> tuple[Path, dict[str, str]]:
     return checkpoints[-1], plan["overrides"]
 
 
-def serve(name: str, tokens: int, target: str | None, threads: int) -> dict:
-    """One `specdraft eval --engine llama.cpp --speed` answer (kept, reused)."""
+def eval_answer(name: str, out: Path, key: dict, engine_args: list[str], label: str) -> dict:
+    """One `specdraft eval --checkpoint <the run's last> --speed --format json` answer for a
+    run, with `engine_args` (which engine, how): kept in `out` under `key`, reused by a rerun."""
     checkpoint, overrides = last_checkpoint(name)
-    tag = "q4_1" if target is None else "f32"
-    out = OUT / f"{name}-{tag}-n{tokens}.json"
-    key = {"checkpoint": str(checkpoint), "tokens": tokens, "target": tag}
+    key = {"checkpoint": str(checkpoint), **key}
     if out.is_file():
         kept = json.loads(out.read_text())
         if kept.get("key") == key and kept.get("stage") == "done":
@@ -61,71 +60,39 @@ def serve(name: str, tokens: int, target: str | None, threads: int) -> dict:
     command = [SPECDRAFT, "eval", config_for(name, overrides), *data_sets(FEATURES)]
     command += sets(overrides)
     command += sets({"output_dir": json.dumps(str(WORK / "curves" / name))})
-    command += ["--checkpoint", str(checkpoint), "--engine", "llama.cpp", "--speed"]
-    command += ["--parallel", "1", "--threads", str(threads), "--draft-tokens", str(tokens)]
-    command += ["--speed-settings", COMPARED, "--format", "json"]
-    if target is None:
-        from specdraft.trainer.assets import smollm2_gguf_file
-
-        command += ["--target-gguf", str(smollm2_gguf_file())]
-    print(f"+ {name}, {tokens} draft tokens, {tag} target", flush=True)
+    command += ["--checkpoint", str(checkpoint), "--speed", *engine_args, "--format", "json"]
+    print(f"+ {name}, {label}", flush=True)
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"served_settings: {name} n={tokens} failed:\n{done.stderr[-3000:]}")
+        sys.exit(f"served_settings: {name} ({label}) failed:\n{done.stderr[-3000:]}")
     answer = json.loads(done.stdout[done.stdout.index("{") :])
     answer["key"] = key
     OUT.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(answer, indent=1))
     return answer
+
+
+def serve(name: str, tokens: int, target: str | None, threads: int) -> dict:
+    """One `specdraft eval --engine llama.cpp --speed` answer (kept, reused)."""
+    tag = "q4_1" if target is None else "f32"
+    engine = ["--engine", "llama.cpp", "--parallel", "1", "--threads", str(threads)]
+    engine += ["--draft-tokens", str(tokens), "--speed-settings", COMPARED]
+    if target is None:
+        from specdraft.trainer.assets import smollm2_gguf_file
+
+        engine += ["--target-gguf", str(smollm2_gguf_file())]
+    out = OUT / f"{name}-{tag}-n{tokens}.json"
+    key = {"tokens": tokens, "target": tag}
+    return eval_answer(name, out, key, engine, f"{tokens} draft tokens, {tag} target")
 
 
 def serve_vllm(name: str, tokens: list[int]) -> dict:
     """One `specdraft eval --engine vllm --speed` answer for a run (kept, reused): the draft and
     n-gram at the block's tokens and at each of `tokens`."""
-    checkpoint, overrides = last_checkpoint(name)
-    out = OUT / f"{name}-vllm.json"
-    key = {"checkpoint": str(checkpoint), "tokens": tokens, "engine": "vllm"}
-    if out.is_file():
-        kept = json.loads(out.read_text())
-        if kept.get("key") == key and kept.get("stage") == "done":
-            return kept
-    command = [SPECDRAFT, "eval", config_for(name, overrides), *data_sets(FEATURES)]
-    command += sets(overrides)
-    command += sets({"output_dir": json.dumps(str(WORK / "curves" / name))})
-    command += ["--checkpoint", str(checkpoint), "--engine", "vllm", "--speed"]
-    command += ["--speed-draft-tokens", ",".join(map(str, tokens)), "--format", "json"]
-    print(f"+ {name}, vLLM, draft tokens {tokens} beside the block's", flush=True)
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"served_settings: {name} (vLLM) failed:\n{done.stderr[-3000:]}")
-    answer = json.loads(done.stdout[done.stdout.index("{") :])
-    answer["key"] = key
-    OUT.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(answer, indent=1))
-    return answer
-
-
-def vllm_table(answers: list[tuple[str, dict]]) -> list[str]:
-    """One row per (run, setting): vLLM's acceptance, tokens/s at batch 1 and batch 16, ratios."""
-    lines = [
-        f"{'draft':<12} {'setting':<16} {'N':>2} {'accept':>7} {'batch 1':>8} {'x':>6} "
-        f"{'batch':>8} {'x':>6} identical"
-    ]
-    for name, answer in answers:
-        speed = answer["speed"]
-        rows = speed["settings"]
-        plain = next(row for row in rows if row["name"] == "none")
-        for row in rows:
-            accept = row.get("acceptance_length")
-            one, many = row["batch1"]["tokens_per_s"], row["batch"]["tokens_per_s"]
-            lines.append(
-                f"{name:<12} {row['name']:<16} {row.get('speculative_tokens') or '-':>2} "
-                f"{'-' if accept is None else f'{accept:.3f}':>7} {one:>8.1f} "
-                f"{one / plain['batch1']['tokens_per_s']:>5.2f}x {many:>8.1f} "
-                f"{many / plain['batch']['tokens_per_s']:>5.2f}x {row['identical']}/"
-                f"{speed['prompts']}"
-            )
-    return lines
+    engine = ["--engine", "vllm", "--speed-draft-tokens", ",".join(map(str, tokens))]
+    key = {"tokens": tokens, "engine": "vllm"}
+    label = f"vLLM, draft tokens {tokens} beside the block's"
+    return eval_answer(name, OUT / f"{name}-vllm.json", key, engine, label)
 
 
 def ratio(rows: dict, setting: str, alone: float) -> str:
@@ -174,15 +141,12 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     if args.engine == "vllm":
+        from specdraft.trainer.serve.speed import speed_lines
+
         tokens = [int(n) for n in args.draft_tokens.split(",") if n]
-        served = [(name, serve_vllm(name, tokens)) for name in args.runs.split(",") if name]
-        first = served[0][1]["speed"]
-        print(
-            f"\nvLLM {first['vllm_version']}, greedy, {first['max_tokens']} new tokens; batch 1 = "
-            f"{first['batch1_prompts']} prompts one at a time, batch = all {first['prompts']}; "
-            "x = tokens/s over the target alone's in the same run; n-gram proposes N too"
-        )
-        print("\n".join(vllm_table(served)))
+        for name in [n for n in args.runs.split(",") if n]:
+            print(f"\n{name}:")
+            print("\n".join(speed_lines(serve_vllm(name, tokens)["speed"])))
         return
     target = None if args.target_gguf == "q4_1" else "f32"
     answers = []

@@ -173,34 +173,24 @@ def open_engine(
     """A vLLM engine for the request (with the draft, without, or with a speed setting's)."""
     from vllm import LLM
 
-    register_kernel_overrides_once()
-    return LLM(**engine_kwargs(request, speculative, setting))
+    llm = LLM(**engine_kwargs(request, speculative, setting))
+    keep_kernel_overrides()
+    return llm
 
 
-def register_kernel_overrides_once() -> None:
-    """Let vLLM's CPU platform bind its C++ stand-ins for Triton kernels at the first engine's
-    worker start only.
+def keep_kernel_overrides() -> None:
+    """Stop vLLM's CPU platform from binding its C++ stand-ins for Triton kernels again: the
+    engine just built bound them for the whole process.
 
     It binds them at every worker start by scanning every loaded module. With the engines in
     this one process (`engine_kwargs`), a later engine's scan meets objects it cannot read
-    (numba's, once the n-gram proposer has imported it) and fails the engine; the first
-    binding already holds for the whole process, so the later ones add nothing.
+    (numba's, once the n-gram proposer has imported it) and fails the engine.
     """
     from vllm.platforms import current_platform
 
     platform = type(current_platform)
-    register = getattr(platform, "register_triton_kernel_overrides", None)
-    if register is None or getattr(register, "specdraft_once", False):
-        return
-    calls: list[bool] = []
-
-    def once(cls: Any) -> None:
-        if not calls:
-            calls.append(True)
-            register()
-
-    once.specdraft_once = True  # type: ignore[attr-defined]
-    platform.register_triton_kernel_overrides = classmethod(once)  # type: ignore[method-assign]
+    if hasattr(platform, "register_triton_kernel_overrides"):
+        platform.register_triton_kernel_overrides = classmethod(lambda cls: None)  # type: ignore[method-assign]
 
 
 def collect() -> None:
