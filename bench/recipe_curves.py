@@ -20,12 +20,14 @@ CPU seconds each one-thread run spent in its steps (`specdraft curves --clock cp
 work on the machine does not stretch. A finished variant
 is kept and reused; an interrupted one resumes from its last checkpoint.
 
-Variants combine with '+': `lr1e-3+anchors128` is both.
+Variants combine with '+': `lr1e-3+anchors128` is both. The recipe's blocks are 4 tokens since
+2026-12-07; the card's earlier rows ran at block 8: `block8+anchors64` reruns one of them.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -44,9 +46,12 @@ FEATURES = WORK / "run-dflash-features"
 # One lever each; values are TOML literals for --set, None drops the key from the recipe (TOML
 # has no null, so such a variant trains from a copy of the recipe without it: `config_for`).
 VARIANTS: dict[str, dict[str, str | None]] = {
-    # The recipe as it is (since 2026-12-06: 16,384-token draft vocabulary, lr 1e-3, 3% warmup,
-    # cosine, 32 anchors, 1 layer).
+    # The recipe as it is (since 2026-12-07: blocks of 4 with gamma 2.0; since 2026-12-06:
+    # 16,384-token draft vocabulary, lr 1e-3, 3% warmup, cosine, 32 anchors, 1 layer).
     "base": {},
+    # The recipe before 2026-12-07: blocks of 8 at the published gamma 4 (the card's block-8
+    # curves, which ran as `base`).
+    "block8": {"model.block_size": "8", "training.loss_decay_gamma": None},
     # The 2026-12-02 recipe exactly as it ran (full vocabulary, lr 3e-3, 4 epochs = 860 steps,
     # cosine over them): the reference curve for "reaches the old recipe's final tau in half
     # the time".
@@ -54,6 +59,8 @@ VARIANTS: dict[str, dict[str, str | None]] = {
         "training.max_steps": "860",
         "training.learning_rate": "3e-3",
         "model.draft_vocab_size": None,
+        "model.block_size": "8",
+        "training.loss_decay_gamma": None,
     },
     # vocab16k and lr1e-3 are the recipe's own values since 2026-12-06 (kept so that the card's
     # commands still name them: each is `base` now).
@@ -73,7 +80,8 @@ VARIANTS: dict[str, dict[str, str | None]] = {
     "vocab16k": {"model.draft_vocab_size": "16384"},
     "vocab4k": {"model.draft_vocab_size": "4096"},
     "gamma7": {"training.loss_decay_gamma": "7.0"},
-    # No published gamma for block 4 (lint SD304): half of block 8's 4, as the block halves.
+    # The recipe's own values since 2026-12-07 (kept so that the card's commands still name it:
+    # `base` now). No published gamma for block 4 (lint SD304): half of block 8's 4.
     "block4": {"model.block_size": "4", "training.loss_decay_gamma": "2.0"},
     "dflash2": {"model.algorithm": '"dflash2"'},
     "dspark": {
@@ -219,6 +227,27 @@ def run_command(
     return command
 
 
+def recipe_digest() -> str:
+    """The recipe file's digest, kept in a variant's plan.json: a variant is the recipe plus its
+    overrides, so a finished run of an older recipe is a different variant under the same name."""
+    return hashlib.sha256((ROOT / CONFIG).read_bytes()).hexdigest()[:16]
+
+
+def stale_note(out: Path, overrides: dict[str, str | None]) -> str:
+    """A warning when a kept variant was trained from another recipe or other overrides ('' if
+    not): it is kept (its curve is data), and a rerun needs its folder moved away."""
+    plan = json.loads((out / "plan.json").read_text()) if (out / "plan.json").is_file() else {}
+    if plan.get("overrides", overrides) != overrides:
+        why = f"its overrides were {plan['overrides']}"
+    elif plan.get("recipe") not in (None, recipe_digest()):
+        why = f"{CONFIG} has changed since"
+    elif "recipe" not in plan:
+        why = f"its plan.json does not record which {CONFIG} it trained from"
+    else:
+        return ""
+    return f"\n  warning: {why}; move {out} away to train this variant again"
+
+
 def main() -> None:
     """Train the variants (equal time, `--jobs` at once), then draw and tabulate the curves."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -246,10 +275,10 @@ def main() -> None:
         pending = []
         for name in names:
             out = WORK / "curves" / name
-            if (out / "DONE").is_file():
-                print(f"{name}: done, kept ({out})")
-                continue
             overrides = overrides_of(name, taps)
+            if (out / "DONE").is_file():
+                print(f"{name}: done, kept ({out}){stale_note(out, overrides)}")
+                continue
             features = features_for(overrides, env)
             plan = out / "plan.json"
             if plan.is_file():
@@ -265,7 +294,9 @@ def main() -> None:
             # The command first: a folder without a checkpoint is cleared for a fresh start.
             command = run_command(name, overrides, features, steps, args)
             out.mkdir(parents=True, exist_ok=True)
-            plan.write_text(json.dumps({"steps": steps, "overrides": overrides}))
+            plan.write_text(
+                json.dumps({"steps": steps, "overrides": overrides, "recipe": recipe_digest()})
+            )
             pending.append((name, command))
         running: list[tuple[str, subprocess.Popen, float]] = []
         while pending or running:

@@ -28,7 +28,11 @@ from serve_support import ROOT, vllm_python
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow, pytest.mark.timeout(2400)]
 
+# The recipe's blocks are 4 tokens since 2026-12-07; the check keeps a block-8 draft so that it
+# also guards vLLM serving a draft at fewer speculative tokens than its block (7, then 3).
 SMALL = {
+    "model.block_size": "8",
+    "training.loss_decay_gamma": "4.0",
     "data.max_length": "256",
     "data.max_eval_samples": "6",
     "training.static_shape_buckets": "[256]",
