@@ -79,8 +79,8 @@ class EvalUsageError(click.ClickException):
     "--vllm-eager",
     is_flag=True,
     help="With --engine vllm: run vLLM's engines without torch.compile (enforce_eager). Each "
-    "engine then starts about 40 s sooner on CPU (SmolLM2-135M on 2 cores: 20 s instead of "
-    "62) but decodes slower (there: 40 instead of 52 tokens/s at batch 1), so its --speed "
+    "engine then starts sooner on CPU (it skips compiling the target's graphs, most of a "
+    "compiled engine's start on a small model) but decodes slower at batch 1, so its --speed "
     "figures are not the served ones (the table says eager); for quick checks of acceptance "
     "and outputs. Default: compiled, as vLLM serves.",
 )
